@@ -1,0 +1,28 @@
+"""simaccel: a simulated accelerator backend for ``torch.compile``.
+
+``torch.compile(model, backend="simaccel")`` lowers the graph to fused Numba
+kernels that run on a simulated device (memory arena, caching allocator, DMA
+engine), lifts Python scalars into device inputs so new values never recompile,
+and lets the backend and its users add guards of their own.
+"""
+from __future__ import annotations
+
+from simaccel import errors
+from simaccel.report import CompileReport, clear_reports, reports
+from simaccel.runtime.config import DeviceConfig
+from simaccel.runtime.device import Device, configure, get_device
+
+__version__ = "0.1.0"
+
+__all__ = ["CompileReport", "Device", "DeviceConfig", "clear_reports", "configure", "errors",
+           "explain", "get_device", "reports"]
+
+
+def explain(fn, *args, **kwargs) -> list[CompileReport]:
+    """Compile ``fn`` with simaccel, run it once on ``args`` and return its reports."""
+    import torch
+
+    before = len(reports())
+    compiled = torch.compile(fn, backend="simaccel", options=kwargs.pop("options", None))
+    compiled(*args, **kwargs)
+    return reports()[before:]

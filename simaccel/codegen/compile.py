@@ -1,0 +1,178 @@
+"""From a lowered graph to a runtime :class:`ProgramSpec`: emit, cache and compile
+every kernel, wrap host fallbacks.
+
+The passes, in order (each a named function, as in numba's pipelines):
+
+1. ``lower``      ATen graph -> kernel IR + host ops  (:mod:`graph`)
+2. ``emit``       kernel IR -> Python source            (:mod:`emit`)
+3. ``jit``        source -> numba machine code, via the on-disk cache (:mod:`cache`)
+4. ``assemble``   steps + buffers -> ProgramSpec        (this module)
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numba
+import numpy as np
+import torch
+
+from simaccel.codegen.cache import KernelCache
+from simaccel.codegen.emit import emit_extern, emit_pointwise, emit_reduction
+from simaccel.codegen.graph import HostOp, LoweredGraph
+from simaccel.codegen.ir import ExternKernel, PointwiseKernel, ReductionKernel
+from simaccel.codegen.values import Realized
+from simaccel.runtime.program import (BufferDecl, HostStep, LaunchStep, OutputDecl,
+                                      ProgramSpec)
+
+log = logging.getLogger("simaccel.codegen")
+
+#: storage dtype of tensors numpy has no dtype for (moved as raw bytes).
+STORAGE_DTYPES = {"bfloat16": "int16"}
+
+_CACHE = KernelCache()
+
+
+def kernel_cache() -> KernelCache:
+    return _CACHE
+
+
+def storage_dtype(dtype: str) -> str:
+    return STORAGE_DTYPES.get(dtype, dtype)
+
+
+@dataclass
+class KernelInfo:
+    """What the compile report shows of one kernel."""
+
+    name: str
+    kind: str
+    origin: str  # compiled | disk | memory
+    path: str
+    compile_ms: float
+
+
+@dataclass
+class CompileResult:
+    spec: ProgramSpec
+    kernels: list[KernelInfo] = field(default_factory=list)
+
+
+def _array_type(dtype: str) -> Any:
+    return numba.types.Array(numba.from_dtype(np.dtype(storage_dtype(dtype))), 1, "C")
+
+
+def _emit(kernel: Any) -> tuple[str, list[str], list[Any]]:
+    if isinstance(kernel, PointwiseKernel):
+        return (*emit_pointwise(kernel), [])
+    if isinstance(kernel, ReductionKernel):
+        return (*emit_reduction(kernel), [])
+    if isinstance(kernel, ExternKernel):
+        return (*emit_extern(kernel), list(kernel.params))
+    raise TypeError(f"unknown kernel {type(kernel).__name__}")
+
+
+def _cost(kernel: Any, lowered: LoweredGraph) -> tuple[float, float]:
+    """(flops, bytes) of a kernel for the roofline model."""
+    if isinstance(kernel, ExternKernel):
+        return kernel.flops, kernel.bytes_moved
+    numel = kernel.numel
+    itemsize = np.dtype(storage_dtype(lowered.buffers[kernel.out.buffer].dtype)).itemsize
+    return float(numel), float(numel * itemsize * 2)
+
+
+def jit_kernel(kernel: Any, lowered: LoweredGraph, device: Any) -> tuple[LaunchStep, KernelInfo]:
+    source, buffers, params = _emit(kernel)
+    signature = tuple(_array_type(lowered.buffers[b].dtype) for b in buffers)
+    signature += tuple(numba.types.int64 for _ in params)
+    start = time.perf_counter()
+    loaded = _CACHE.load(source, signature)
+    elapsed = (time.perf_counter() - start) * 1e3
+    counter = {"compiled": "kernels_compiled", "disk": "kernel_cache_hits",
+               "memory": "kernel_memory_hits"}[loaded.origin]
+    device.count(counter)
+    if os.environ.get("SIMACCEL_DEBUG") == "1":
+        log.info("kernel %s (%s, %.1f ms): %s\n%s", kernel.name, loaded.origin, elapsed,
+                 loaded.path, source)
+    flops, nbytes = _cost(kernel, lowered)
+    step = LaunchStep(kernel.name, loaded.fn, buffers, params, flops, nbytes)
+    kind = type(kernel).__name__.replace("Kernel", "").lower()
+    return step, KernelInfo(kernel.name, kind, loaded.origin, str(loaded.path), elapsed)
+
+
+def host_step(op: HostOp) -> HostStep:
+    """Wrap a fallback op: rebuild torch tensors over the host copies, run, write back."""
+    reads = sorted(_buffers_in((op.args, op.kwargs)))
+    writes = [o.layout.buffer for o in op.outputs if o is not None]
+
+    def run(host: dict[str, np.ndarray]) -> None:
+        args = _to_torch(op.args, host)
+        kwargs = _to_torch(op.kwargs, host)
+        result = op.target(*args, **kwargs)
+        results = list(result) if isinstance(result, (list, tuple)) else [result]
+        for value, out in zip(results, op.outputs):
+            if out is not None:
+                _tensor_over(host[out.layout.buffer], out).copy_(value)
+    return HostStep(op.name, run, reads, writes)
+
+
+def _buffers_in(obj: Any) -> set[str]:
+    if isinstance(obj, Realized):
+        return {obj.layout.buffer}
+    if isinstance(obj, (list, tuple)):
+        return set().union(*(_buffers_in(o) for o in obj)) if obj else set()
+    if isinstance(obj, dict):
+        return _buffers_in(list(obj.values()))
+    return set()
+
+
+def _tensor_over(array: np.ndarray, value: Realized) -> torch.Tensor:
+    """A torch tensor aliasing ``array`` with ``value``'s layout and dtype."""
+    base = torch.from_numpy(array)
+    if value.dtype in STORAGE_DTYPES:
+        base = base.view(getattr(torch, value.dtype))
+    lay = value.layout
+    return base.as_strided(lay.shape, lay.strides, lay.offset)
+
+
+def _to_torch(obj: Any, host: dict[str, np.ndarray]) -> Any:
+    if isinstance(obj, Realized):
+        return _tensor_over(host[obj.layout.buffer], obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_torch(o, host) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _to_torch(v, host) for k, v in obj.items()}
+    return obj
+
+
+def assemble(lowered: LoweredGraph, device: Any, name: str) -> CompileResult:
+    """Compile every step of ``lowered`` and build the program spec."""
+    steps: list[LaunchStep | HostStep] = []
+    infos: list[KernelInfo] = []
+    for item in lowered.steps:
+        if isinstance(item, HostOp):
+            steps.append(host_step(item))
+            continue
+        step, info = jit_kernel(item, lowered, device)
+        steps.append(step)
+        infos.append(info)
+    buffers = {n: BufferDecl(n, storage_dtype(b.dtype), b.numel, b.kind)
+               for n, b in lowered.buffers.items()}
+    tensor_inputs = [(i.index, i.buffer) for i in lowered.inputs if not i.scalar and i.index >= 0]
+    scalar_inputs = [(i.index, i.buffer) for i in lowered.inputs if i.scalar]
+    constants = {n: _host_array(t) for n, t in lowered.constants.items()}
+    outputs = [OutputDecl(o.layout.buffer, o.shape, o.layout.strides, o.layout.offset,
+                          storage_dtype(o.dtype)) if isinstance(o, Realized) else None
+               for o in lowered.outputs]
+    spec = ProgramSpec(buffers, steps, tensor_inputs, scalar_inputs, constants, outputs, name)
+    return CompileResult(spec, infos)
+
+
+def _host_array(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy()

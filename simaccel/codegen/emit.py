@@ -1,0 +1,191 @@
+"""Emit kernel IR as Python source for ``numba.njit``.
+
+Every kernel becomes one function ``kernel(<flat buffers...>)`` in its own module.
+Buffers are 1-D arrays (flat views of device memory); shapes, strides and offsets
+are static and appear as literals, so LLVM can vectorise the inner loops. The same
+source runs as plain Python under ``NUMBA_DISABLE_JIT=1``.
+"""
+from __future__ import annotations
+
+import math
+
+from simaccel.codegen import scalar_ops
+from simaccel.codegen.ir import (Const, Expr, ExternKernel, IndexValue, Load, Op, PointwiseKernel,
+                                 ReductionKernel, buffers_read, is_float)
+
+#: iteration spaces with at least this many elements run their outer loop with prange.
+PARALLEL_THRESHOLD = 1 << 16
+
+HEADER = (
+    "import math\n"
+    "import numba\n"
+    "import numpy as np\n"
+    "from numba import prange\n"
+    "from simaccel.codegen import kernel_lib as lib\n"
+)
+
+
+def dtype_ctor(dtype: str) -> str:
+    return "bool" if dtype == "bool" else f"np.{dtype}"
+
+
+def const_source(value, dtype: str) -> str:
+    if dtype == "bool":
+        return "True" if value else "False"
+    if is_float(dtype):
+        value = float(value)
+        if math.isnan(value):
+            return f"np.{dtype}(np.nan)"
+        if math.isinf(value):
+            return f"np.{dtype}({'-' if value < 0 else ''}np.inf)"
+        return f"np.{dtype}({value!r})"
+    return f"np.{dtype}({int(value)})"
+
+
+class BodyEmitter:
+    """Turns an expression DAG into straight-line statements with one temp per node."""
+
+    def __init__(self, indent: str):
+        self.indent = indent
+        self.lines: list[str] = []
+        self.names: dict[int, str] = {}
+
+    def _new(self, src: str) -> str:
+        name = f"t{len(self.lines)}"
+        self.lines.append(f"{self.indent}{name} = {src}")
+        return name
+
+    def value(self, expr: Expr) -> str:
+        key = id(expr)
+        if key not in self.names:
+            self.names[key] = self._emit(expr)
+        return self.names[key]
+
+    def _emit(self, expr: Expr) -> str:
+        if isinstance(expr, Const):
+            return const_source(expr.value, expr.dtype)
+        if isinstance(expr, Load):
+            idx = [f"np.int64({self.value(e)})" for e in expr.index_exprs]
+            offset = expr.offset.format(*idx) if idx else expr.offset
+            return self._new(f"{expr.buffer}[{offset}]")
+        if isinstance(expr, IndexValue):
+            return self._new(f"{dtype_ctor(expr.dtype)}({expr.index})")
+        if isinstance(expr, Op):
+            args = [self.value(a) for a in expr.args]
+            dtypes = [a.dtype for a in expr.args]
+            src = scalar_ops.render(expr.name, args, dtypes, expr.dtype)
+            return self._new(f"{dtype_ctor(expr.dtype)}({src})")
+        raise TypeError(f"unknown expression node {type(expr).__name__}")
+
+
+def _decorator(parallel: bool, fastmath: bool = False) -> str:
+    fm = ", fastmath={'reassoc', 'nsz', 'arcp'}" if fastmath else ""
+    return (f"@numba.njit(cache=True, nogil=True, error_model='numpy', "
+            f"parallel={parallel}{fm})\n")
+
+
+def _loops(index: list[str], shape: tuple[int, ...], parallel: bool,
+           indent: str) -> tuple[list[str], str]:
+    lines = []
+    for depth, (var, size) in enumerate(zip(index, shape)):
+        rng = "prange" if parallel and depth == 0 else "range"
+        lines.append(f"{indent}for {var} in {rng}({size}):")
+        indent += "    "
+    return lines, indent
+
+
+def kernel_args(out_buffer: str, body: list[Expr]) -> list[str]:
+    reads = [b for b in buffers_read(body) if b != out_buffer]
+    return [out_buffer] + reads
+
+
+def emit_pointwise(k: PointwiseKernel) -> tuple[str, list[str]]:
+    """Module source and argument buffer names of a pointwise (or scatter) kernel."""
+    args = kernel_args(k.out.buffer, [k.body, *k.store_index_exprs])
+    scatter = bool(k.store_offset)
+    shape = k.shape
+    parallel = k.numel >= PARALLEL_THRESHOLD and len(shape) > 0 and not scatter
+    lines, indent = _loops(k.index, shape, parallel, "    ")
+    body = BodyEmitter(indent)
+    result = body.value(k.body)
+    if scatter:
+        idx = [f"np.int64({body.value(e)})" for e in k.store_index_exprs]
+        offset = k.store_offset.format(*idx)
+        op = "+=" if k.accumulate else "="
+        store = f"{indent}{k.out.buffer}[{offset}] {op} {result}"
+    else:
+        store = f"{indent}{k.out.buffer}[{k.out.offset_source(k.index)}] = {result}"
+    src = (HEADER + "\n\n" + _decorator(parallel) + f"def kernel({', '.join(args)}):\n"
+           + "\n".join(lines + body.lines + [store]) + "\n")
+    return src, args
+
+
+_INIT = {
+    "sum": lambda d: const_source(0, d), "prod": lambda d: const_source(1, d),
+    "any": lambda d: "False", "all": lambda d: "True",
+}
+
+
+def _reduce_init(op: str, acc_dtype: str) -> str:
+    if op in _INIT:
+        return _INIT[op](acc_dtype)
+    low = op in ("max", "argmax")
+    if is_float(acc_dtype):
+        return const_source(-math.inf if low else math.inf, acc_dtype)
+    if acc_dtype == "bool":
+        return "False" if low else "True"
+    bits = {"int8": 7, "int16": 15, "int32": 31, "int64": 63, "uint8": 8}[acc_dtype]
+    if acc_dtype == "uint8":
+        return const_source(0 if low else 255, acc_dtype)
+    return const_source(-(1 << bits) if low else (1 << bits) - 1, acc_dtype)
+
+
+def _combine(op: str, v: str, ctor: str) -> list[str]:
+    if op == "sum":
+        return [f"acc = {ctor}(acc + {v})"]
+    if op == "prod":
+        return [f"acc = {ctor}(acc * {v})"]
+    if op == "max":
+        return [f"acc = lib.maximum(acc, {ctor}({v}))"]
+    if op == "min":
+        return [f"acc = lib.minimum(acc, {ctor}({v}))"]
+    if op == "any":
+        return [f"acc = acc or ({v} != 0)"]
+    if op == "all":
+        return [f"acc = acc and ({v} != 0)"]
+    cmp = ">" if op == "argmax" else "<"
+    return [f"if {v} {cmp} acc or ({v} != {v} and acc == acc):",
+            f"    acc = {v}", "    arg = ridx", ]
+
+
+def emit_reduction(k: ReductionKernel) -> tuple[str, list[str]]:
+    """Module source and argument buffer names of a reduction kernel."""
+    args = kernel_args(k.out.buffer, [k.body])
+    out_numel = k.out.numel
+    parallel = k.numel >= PARALLEL_THRESHOLD and len(k.out_index) > 0 and out_numel > 1
+    lines, indent = _loops(k.out_index, k.out_loop_shape, parallel, "    ")
+    acc_ctor = dtype_ctor(k.acc_dtype)
+    lines.append(f"{indent}acc = {_reduce_init(k.reduce_op, k.acc_dtype)}")
+    is_arg = k.reduce_op in ("argmax", "argmin")
+    if is_arg:
+        lines += [f"{indent}arg = 0", f"{indent}ridx = 0"]
+    red_lines, inner = _loops(k.red_index, k.red_shape, False, indent)
+    body = BodyEmitter(inner)
+    v = body.value(k.body)
+    combine = [inner + line for line in _combine(k.reduce_op, v, acc_ctor)]
+    if is_arg:
+        combine.append(f"{inner}ridx += 1")
+    result = "arg" if is_arg else (k.finalize.format(acc="acc") if k.finalize else "acc")
+    out_ctor = dtype_ctor("int64" if is_arg else k.out_dtype)
+    store = f"{indent}{k.out.buffer}[{k.out_offset_src}] = {out_ctor}({result})"
+    fast = k.reduce_op == "sum" and is_float(k.acc_dtype)
+    src = (HEADER + "\n\n" + _decorator(parallel, fastmath=fast)
+           + f"def kernel({', '.join(args)}):\n"
+           + "\n".join(lines + red_lines + body.lines + combine + [store]) + "\n")
+    return src, args
+
+
+def emit_extern(k: ExternKernel) -> tuple[str, list[str]]:
+    """Module source and argument buffer names of a template kernel."""
+    body = k.source.replace("def kernel(", _decorator(k.parallel) + "def kernel(", 1)
+    return HEADER + "\n\n" + body, list(k.buffers)

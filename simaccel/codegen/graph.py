@@ -1,0 +1,334 @@
+"""Lower an ATen FX graph to kernel IR: the device partition and the host fallbacks.
+
+:class:`GraphLowering` walks the graph once. Each node goes through its lowering
+(:mod:`simaccel.codegen.lowering`); pointwise results stay :class:`Lazy` and fuse into
+their users; reductions, templates and graph outputs are realized into buffers. A
+node without a lowering (or with a dtype the device lacks) becomes a
+:class:`HostOp`: its operands are copied to the host, torch runs it, the results are
+copied back.
+"""
+from __future__ import annotations
+
+import logging
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+
+from simaccel.codegen.ir import (DEVICE_DTYPES, Const, ExternKernel, Kernel, Layout,
+                                 PointwiseKernel, contiguous_strides, count_ops)
+from simaccel.codegen.values import Lazy, Realized, TensorValue
+from simaccel.errors import UnsupportedOpError
+
+log = logging.getLogger("simaccel.codegen")
+
+#: a lazy value whose element costs more scalar ops than this is realized when it
+#: has several users, instead of being recomputed in each of them.
+INLINE_MAX_OPS = 12
+
+
+class Unsupported(Exception):
+    """Raised by a lowering that cannot handle this node; the node runs on the host."""
+
+
+#: dtypes the device stores and moves but does not compute in (their ops run on the host).
+STORAGE_ONLY_DTYPES = ("float16", "bfloat16", "complex64", "complex128")
+
+
+def torch_to_np_dtype(dtype: torch.dtype) -> str | None:
+    """The device compute dtype name of ``dtype``, or None."""
+    name = str(dtype).replace("torch.", "")
+    return name if name in DEVICE_DTYPES else None
+
+
+def storage_name(dtype: torch.dtype) -> str | None:
+    """The name a tensor of ``dtype`` is stored under in device memory, or None."""
+    name = str(dtype).replace("torch.", "")
+    return name if name in DEVICE_DTYPES or name in STORAGE_ONLY_DTYPES else None
+
+
+@dataclass
+class BufferSpec:
+    """A device buffer of a lowered graph. kind: input, scalar, constant, temp, output."""
+
+    name: str
+    dtype: str
+    numel: int
+    kind: str
+
+
+@dataclass
+class HostOp:
+    """An op run by torch on the host, with operands copied off and results back."""
+
+    name: str
+    target: Any
+    args: Any  # fx args with Realized values in place of nodes
+    kwargs: Any
+    outputs: list[Realized | None]  # where each tensor result goes on the device
+    reason: str
+
+
+@dataclass
+class InputSpec:
+    """Graph input ``index``: a tensor (shape, dtype) or a Python scalar (``scalar``)."""
+
+    index: int
+    buffer: str
+    shape: tuple[int, ...]
+    dtype: str
+    scalar: bool = False
+
+
+@dataclass
+class LoweredGraph:
+    buffers: dict[str, BufferSpec]
+    steps: list[Kernel | HostOp]
+    inputs: list[InputSpec]
+    outputs: list[Any]  # Realized, a Python scalar, or None, per graph output
+    output_meta: list[Any]
+    fallbacks: list[tuple[str, str]] = field(default_factory=list)
+    constants: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class GraphLowering:
+    """Lowers one ATen graph. ``fallback``: "host" or "error"."""
+
+    def __init__(self, gm: torch.fx.GraphModule, fallback: str = "host"):
+        self.gm = gm
+        self.fallback = fallback
+        self.env: dict[torch.fx.Node, Any] = {}
+        self.buffers: dict[str, BufferSpec] = {}
+        self.steps: list[Kernel | HostOp] = []
+        self.inputs: list[InputSpec] = []
+        self.fallbacks: list[tuple[str, str]] = []
+        self.current: torch.fx.Node | None = None
+        self.constants: dict[str, torch.Tensor] = {}  # get_attr tensors by buffer
+
+    # ------------------------------------------------------------------ buffers
+
+    def new_buffer(self, dtype: str, numel: int, kind: str = "temp", prefix: str = "buf") -> str:
+        name = f"{prefix}{len(self.buffers)}"
+        self.buffers[name] = BufferSpec(name, dtype, int(numel), kind)
+        return name
+
+    def new_tensor(self, shape: tuple[int, ...], dtype: str, kind: str = "temp") -> Realized:
+        shape = tuple(int(s) for s in shape)
+        numel = 1
+        for s in shape:
+            numel *= s
+        name = self.new_buffer(dtype, numel, kind)
+        return Realized(shape, dtype, Layout(name, shape, contiguous_strides(shape), 0))
+
+    def add_kernel(self, kernel: Kernel) -> None:
+        self.steps.append(kernel)
+
+    def kernel_name(self, kind: str) -> str:
+        target = self.current.target if self.current is not None else kind
+        op = getattr(target, "__name__", str(target)).split(".")[0]
+        return f"{kind}_{len(self.steps)}_{op}"
+
+    # ------------------------------------------------------------------ realization
+
+    def realize(self, value: TensorValue) -> Realized:
+        if isinstance(value, Realized):
+            return value
+        out = self.new_tensor(value.shape, value.dtype)
+        self.realize_into(value, out)
+        return out
+
+    def realize_into(self, value: TensorValue, out: Realized) -> None:
+        """Compute ``value`` into the (possibly strided) tensor ``out``."""
+        index = [f"i{k}" for k in range(len(out.shape))]
+        body = value.load(index)
+        self.add_kernel(PointwiseKernel(self.kernel_name("pointwise"), out.layout, body, index))
+
+    def realize_contiguous_copy(self, value: TensorValue) -> Realized:
+        """A new contiguous buffer holding ``value`` (for ops that then write into it)."""
+        out = self.new_tensor(value.shape, value.dtype)
+        self.realize_into(value, out)
+        return out
+
+    def realize_contiguous(self, value: TensorValue) -> Realized:
+        if isinstance(value, Realized) and value.is_contiguous():
+            return value
+        out = self.new_tensor(value.shape, value.dtype)
+        self.realize_into(value, out)
+        return out
+
+    # ------------------------------------------------------------------ node info
+
+    def meta(self, node: torch.fx.Node) -> Any:
+        return node.meta.get("val")
+
+    def out_dtype(self, node: torch.fx.Node | None = None) -> str:
+        val = self.meta(node or self.current)
+        if isinstance(val, (list, tuple)):
+            val = val[0]
+        dtype = torch_to_np_dtype(val.dtype)
+        if dtype is None:
+            raise Unsupported(f"dtype {val.dtype} is not a device dtype")
+        return dtype
+
+    def out_shape(self, node: torch.fx.Node | None = None) -> tuple[int, ...]:
+        val = self.meta(node or self.current)
+        if isinstance(val, (list, tuple)):
+            val = val[0]
+        return tuple(int(s) for s in val.shape)
+
+    # ------------------------------------------------------------------ walking
+
+    def run(self, example_inputs: list[Any]) -> LoweredGraph:
+        outputs: list[Any] = []
+        placeholders = 0
+        for node in self.gm.graph.nodes:
+            self.current = node
+            if node.op == "placeholder":
+                self.env[node] = self._placeholder(node, placeholders, example_inputs)
+                placeholders += 1
+            elif node.op == "call_function":
+                self.env[node] = self._call(node)
+            elif node.op == "get_attr":
+                self.env[node] = self._constant(node)
+            elif node.op == "output":
+                outputs = [self._output(v) for v in _flat_outputs(node.args[0])]
+        self.current = None
+        metas = [self.meta(v) if isinstance(v, torch.fx.Node) else v
+                 for v in _flat_outputs(next(iter(reversed(self.gm.graph.nodes))).args[0])]
+        return LoweredGraph(self.buffers, self.steps, self.inputs, outputs, metas, self.fallbacks,
+                            self.constants)
+
+    def _placeholder(self, node: torch.fx.Node, index: int, example_inputs: list[Any]) -> Any:
+        val = self.meta(node)
+        if val is None and index < len(example_inputs):
+            val = example_inputs[index]
+        if isinstance(val, torch.Tensor):
+            dtype = storage_name(val.dtype)
+            if dtype is None:
+                raise UnsupportedOpError("graph input", f"dtype {val.dtype} cannot be stored "
+                                         f"on the device")
+            value = self.new_tensor(tuple(val.shape), dtype, kind="input")
+            self.inputs.append(InputSpec(index, value.layout.buffer, value.shape, dtype))
+            return value
+        if isinstance(val, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)):
+            dtype = _scalar_dtype(val)
+            value = self.new_tensor((), dtype, kind="scalar")
+            self.inputs.append(InputSpec(index, value.layout.buffer, (), dtype, scalar=True))
+            return value
+        return val
+
+    def _constant(self, node: torch.fx.Node) -> Any:
+        attr = getattr(self.gm, node.target)
+        if not isinstance(attr, torch.Tensor):
+            return attr
+        dtype = storage_name(attr.dtype)
+        if dtype is None:
+            raise UnsupportedOpError("graph constant", f"dtype {attr.dtype} cannot be stored "
+                                     f"on the device")
+        value = self.new_tensor(tuple(attr.shape), dtype, kind="constant")
+        self.inputs.append(InputSpec(-1, value.layout.buffer, value.shape, dtype))
+        self.constants[value.layout.buffer] = attr.detach().contiguous()
+        return value
+
+    def _output(self, value: Any) -> Any:
+        value = self.env.get(value, value) if isinstance(value, torch.fx.Node) else value
+        if isinstance(value, TensorValue):
+            return self.realize(value)
+        return value
+
+    def _call(self, node: torch.fx.Node) -> Any:
+        from simaccel.codegen.lowering import LOWERINGS
+        args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
+        if node.target is operator.getitem:
+            return args[0][args[1]]
+        lowering = LOWERINGS.get(node.target)
+        reason = "no device lowering for this op" if lowering is None else _dtype_problem(node)
+        if reason is None:
+            try:
+                result = lowering(self, *args, **kwargs)
+                return self._maybe_realize(node, result)
+            except Unsupported as exc:
+                reason = str(exc)
+        return self._host(node, args, kwargs, reason)
+
+    def _maybe_realize(self, node: torch.fx.Node, result: Any) -> Any:
+        if isinstance(result, Lazy) and len(node.users) > 1:
+            if count_ops(result.load([f"i{k}" for k in range(result.ndim)]),
+                         INLINE_MAX_OPS + 1) > INLINE_MAX_OPS:
+                return self.realize(result)
+        return result
+
+    def _host(self, node: torch.fx.Node, args: Any, kwargs: Any, reason: str) -> Any:
+        name = str(node.target)
+        if self.fallback == "error":
+            raise UnsupportedOpError(name, reason)
+        log.info("host fallback for %s: %s", name, reason)
+        self.fallbacks.append((name, reason))
+        args = _map_values(args, self.realize)
+        kwargs = _map_values(kwargs, self.realize)
+        val = self.meta(node)
+        metas = list(val) if isinstance(val, (list, tuple)) else [val]
+        outs = [self._host_output(m) for m in metas]
+        self.steps.append(HostOp(self.kernel_name("host"), node.target, args, kwargs, outs, reason))
+        return outs if isinstance(val, (list, tuple)) else outs[0]
+
+    def _host_output(self, meta: Any) -> Realized | None:
+        if not isinstance(meta, torch.Tensor):
+            return None
+        dtype = storage_name(meta.dtype)
+        if dtype is None:
+            raise UnsupportedOpError(str(self.current.target),
+                                     f"its result dtype {meta.dtype} has no device layout")
+        return self.new_tensor(tuple(meta.shape), dtype)
+
+
+def _flat_outputs(out: Any) -> list[Any]:
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def _map_values(obj: Any, fn) -> Any:
+    if isinstance(obj, TensorValue):
+        return fn(obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_values(o, fn) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _map_values(v, fn) for k, v in obj.items()}
+    return obj
+
+
+def _scalar_dtype(val: Any) -> str:
+    if isinstance(val, (bool, torch.SymBool)):
+        return "bool"
+    if isinstance(val, (int, torch.SymInt)):
+        return "int64"
+    return "float64"
+
+
+def _dtype_problem(node: torch.fx.Node) -> str | None:
+    """Why the device cannot run ``node`` because of a dtype, or None."""
+    vals = [node.meta.get("val")]
+    for arg in node.all_input_nodes:
+        vals.append(arg.meta.get("val"))
+    for val in vals:
+        for v in (val if isinstance(val, (list, tuple)) else [val]):
+            if isinstance(v, torch.Tensor) and torch_to_np_dtype(v.dtype) is None:
+                if v.dtype in (torch.float16, torch.bfloat16):
+                    return (f"{v.dtype} is computed on the host so results round exactly "
+                            f"as eager")
+                return f"dtype {v.dtype} is not supported by the device"
+    return None
+
+
+def const(value: Any, dtype: str) -> Const:
+    return Const(value, dtype)
+
+
+def extern(ctx: GraphLowering, source: str, buffers: list[str], params: list[Any],
+           flops: int, bytes_moved: int, parallel: bool = False) -> None:
+    """Append a template kernel launch (see :mod:`simaccel.codegen.templates`)."""
+    ctx.add_kernel(ExternKernel(ctx.kernel_name("extern"), source, buffers,
+                                [int(p) for p in params], int(flops), int(bytes_moved),
+                                parallel))

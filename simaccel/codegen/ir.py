@@ -1,0 +1,223 @@
+"""The kernel IR: scalar expressions over device buffers, and the kernels built from them.
+
+A kernel computes, for every index of an iteration space, a scalar expression
+(:class:`Expr`) that reads operands with :class:`Load`. Index arithmetic is kept as
+Python-source strings over loop variables (``"i0*64 + i1"``), because every shape is
+static when a kernel is generated; :func:`affine` and friends fold constants so the
+emitted source stays readable.
+
+Kernels:
+
+* :class:`PointwiseKernel`: ``out[layout(i)] = body(i)`` for every ``i`` in ``shape``.
+* :class:`ReductionKernel`: ``out[layout(o)] = reduce_r body(o, r)``.
+* :class:`ExternKernel`: a hand-written template (matmul, convolution, pooling, scan...).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# --------------------------------------------------------------------------- dtypes
+
+#: dtypes the device computes in, by numpy name.
+DEVICE_DTYPES = ("float32", "float64", "int32", "int64", "bool", "int8", "uint8", "int16")
+FLOAT_DTYPES = ("float32", "float64")
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in FLOAT_DTYPES
+
+
+# --------------------------------------------------------------------------- index strings
+
+
+def affine(terms: list[tuple[str, int]], const: int = 0) -> str:
+    """Source for ``const + sum(var * coeff)``, dropping zero terms and unit coefficients."""
+    parts = [str(const)] if const else []
+    for var, coeff in terms:
+        if coeff == 0 or var == "0":
+            continue
+        parts.append(var if coeff == 1 else f"{var}*{coeff}")
+    return " + ".join(parts) if parts else "0"
+
+
+def paren(src: str) -> str:
+    return src if src.replace("_", "").isalnum() else f"({src})"
+
+
+# --------------------------------------------------------------------------- expressions
+
+
+class Expr:
+    """A scalar expression node. ``dtype`` is the numpy dtype name of its value."""
+
+    dtype: str
+
+    def children(self) -> tuple["Expr", ...]:
+        return ()
+
+
+@dataclass(frozen=True, eq=False)
+class Const(Expr):
+    value: Any
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False)
+class Load(Expr):
+    """Read ``buffer[offset]``; ``offset`` is an index string, which may name the values
+    of ``index_exprs`` as ``{0}``, ``{1}``... (indirect loads: gather, embedding)."""
+
+    buffer: str
+    offset: str
+    dtype: str
+    index_exprs: tuple[Expr, ...] = ()
+
+    def children(self) -> tuple[Expr, ...]:
+        return self.index_exprs
+
+
+@dataclass(frozen=True, eq=False)
+class IndexValue(Expr):
+    """The value of an index string (arange, iota, tril masks)."""
+
+    index: str
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False)
+class Op(Expr):
+    """Apply the scalar operation ``name`` (see :mod:`simaccel.codegen.scalar_ops`)."""
+
+    name: str
+    args: tuple[Expr, ...]
+    dtype: str
+
+    def children(self) -> tuple[Expr, ...]:
+        return self.args
+
+
+def count_ops(expr: Expr, limit: int = 1000) -> int:
+    """Number of distinct nodes in ``expr``'s DAG (stops counting at ``limit``)."""
+    seen: set[int] = set()
+    stack = [expr]
+    while stack and len(seen) < limit:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.extend(node.children())
+    return len(seen)
+
+
+def buffers_read(exprs: list[Expr]) -> list[str]:
+    """Names of the buffers the expressions load from, in first-seen order."""
+    seen: set[int] = set()
+    names: dict[str, None] = {}
+    stack = list(exprs)
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Load):
+            names[node.buffer] = None
+        stack.extend(node.children())
+    return list(names)
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+@dataclass
+class Layout:
+    """Where a tensor lives in a buffer: element strides and offset (elements)."""
+
+    buffer: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int = 0
+
+    def offset_source(self, index: list[str]) -> str:
+        return affine(list(zip(index, self.strides)), self.offset)
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+@dataclass
+class PointwiseKernel:
+    """``out[out.offset_source(i)] = body`` for every index ``i`` of ``out.shape``."""
+
+    name: str
+    out: Layout
+    body: Expr
+    index: list[str] = field(default_factory=list)
+    #: scatter kernels: the store offset is ``store_offset`` formatted with the values of
+    #: ``store_index_exprs`` (and ``+=`` when ``accumulate``); such kernels run serially.
+    store_offset: str = ""
+    store_index_exprs: tuple[Expr, ...] = ()
+    accumulate: bool = False
+    iter_shape: tuple[int, ...] | None = None  # scatter kernels loop over their source
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.out.shape if self.iter_shape is None else self.iter_shape
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+
+@dataclass
+class ReductionKernel:
+    """For each output index ``o`` (the non-reduced dims), fold ``body(o, r)`` over ``r``.
+
+    ``reduce_op`` is one of sum, prod, max, min, argmax, argmin, any, all.
+    ``acc_dtype`` is the accumulator dtype (float64 for float32 sums, for accuracy).
+    """
+
+    name: str
+    out: Layout
+    out_dtype: str
+    out_index: list[str]
+    out_loop_shape: tuple[int, ...]
+    out_offset_src: str
+    red_index: list[str]
+    red_shape: tuple[int, ...]
+    body: Expr
+    reduce_op: str
+    acc_dtype: str
+    finalize: str = ""  # optional source applied to ``acc`` (e.g. mean's division)
+
+    @property
+    def numel(self) -> int:
+        return self.out.numel * int(np.prod(self.red_shape, dtype=np.int64))
+
+
+@dataclass
+class ExternKernel:
+    """A template kernel (see :mod:`simaccel.codegen.templates`): ``source`` defines
+    ``kernel(*buffers, *params)``; buffers are flat arrays, params integers (shapes)."""
+
+    name: str
+    source: str
+    buffers: list[str]
+    params: list[Any]
+    flops: int
+    bytes_moved: int
+    parallel: bool = False
+
+
+Kernel = PointwiseKernel | ReductionKernel | ExternKernel

@@ -1,0 +1,136 @@
+"""Scalar helper functions that generated kernels call.
+
+Each is a ``numba.njit`` function so it inlines into the kernels that use it, and
+a plain Python function under ``NUMBA_DISABLE_JIT=1``. They reproduce PyTorch's
+CPU semantics where Python's or numba's differ (NaN propagation, floor division
+and remainder of floats, signs).
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+_jit = numba.njit(cache=True, inline="always", error_model="numpy")
+
+
+@_jit
+def maximum(a, b):
+    """torch.maximum: NaN if either operand is NaN."""
+    if a != a:
+        return a
+    if b != b:
+        return b
+    return a if a > b else b
+
+
+@_jit
+def minimum(a, b):
+    """torch.minimum: NaN if either operand is NaN."""
+    if a != a:
+        return a
+    if b != b:
+        return b
+    return a if a < b else b
+
+
+@_jit
+def fmax(a, b):
+    """torch.fmax: NaN only if both are NaN."""
+    if a != a:
+        return b
+    if b != b:
+        return a
+    return a if a > b else b
+
+
+@_jit
+def fmin(a, b):
+    if a != a:
+        return b
+    if b != b:
+        return a
+    return a if a < b else b
+
+
+@_jit
+def sign(a):
+    if a > 0:
+        return 1
+    if a < 0:
+        return -1
+    return 0
+
+
+@_jit
+def float_remainder(a, b):
+    """torch.remainder on floats: the result has the sign of the divisor."""
+    mod = math.fmod(a, b)
+    if mod != 0 and ((b < 0) != (mod < 0)):
+        mod += b
+    return mod
+
+
+@_jit
+def float_floor_divide(a, b):
+    """torch.div(..., rounding_mode="floor") on floats (c10::div_floor_floating)."""
+    if b == 0:
+        return a / b
+    mod = math.fmod(a, b)
+    div = (a - mod) / b
+    if mod != 0 and ((b < 0) != (mod < 0)):
+        div -= 1.0
+    if div != 0:
+        floordiv = math.floor(div)
+        if div - floordiv > 0.5:
+            floordiv += 1.0
+        return floordiv
+    return math.copysign(0.0, a / b)
+
+
+@_jit
+def int_trunc_divide(a, b):
+    """Integer division rounding toward zero (C semantics)."""
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+@_jit
+def int_fmod(a, b):
+    """Integer remainder with the sign of the dividend (C semantics)."""
+    r = abs(a) % abs(b)
+    return r if a >= 0 else -r
+
+
+@_jit
+def int_pow(a, b):
+    """Integer power by squaring; negative exponents follow torch (0 unless |a| == 1)."""
+    if b < 0:
+        if a == 1:
+            return 1
+        if a == -1:
+            return 1 if b % 2 == 0 else -1
+        return 0
+    result = 1
+    while b:
+        if b & 1:
+            result *= a
+        a *= a
+        b >>= 1
+    return result
+
+
+@_jit
+def sigmoid(a):
+    return 1.0 / (1.0 + np.exp(-a))
+
+
+@_jit
+def erf(a):
+    return math.erf(a)
+
+
+@_jit
+def round_half_even(a):
+    return np.rint(a)

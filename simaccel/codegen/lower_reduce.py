@@ -1,0 +1,204 @@
+"""Reduction lowerings. The reduced value's producer (a lazy pointwise chain) is
+inlined into the reduction loop, so ``(x * w + b).sum(-1)`` is one kernel."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from simaccel.codegen.graph import GraphLowering
+from simaccel.codegen.ir import Const, Expr, Op, ReductionKernel, is_float
+from simaccel.codegen.lowering import register
+from simaccel.codegen.values import Lazy, Realized, TensorValue, cast, load_broadcast
+
+aten = torch.ops.aten
+
+
+def _dims(x: TensorValue, dims: Any) -> list[int]:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(x.ndim))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({d % x.ndim for d in dims}) if x.ndim else []
+
+
+def _acc_dtype(op: str, in_dtype: str, out_dtype: str) -> str:
+    if op in ("any", "all"):
+        return "bool"
+    if op in ("sum", "prod", "mean"):
+        return "float64" if is_float(out_dtype) else "int64"
+    return in_dtype
+
+
+def reduce(ctx: GraphLowering, x: TensorValue, dims: list[int], keepdim: bool, op: str,
+           out_dtype: str, body: Any = None, finalize: str = "") -> Realized:
+    """Emit a reduction of ``x`` (or of ``body(index) -> Expr``) over ``dims``."""
+    kept = [d for d in range(x.ndim) if d not in dims]
+    out_shape = tuple(1 if d in dims else x.shape[d] for d in range(x.ndim)) if keepdim \
+        else tuple(x.shape[d] for d in kept)
+    out = ctx.new_tensor(out_shape, out_dtype)
+    out_index = [f"o{k}" for k in range(len(kept))]
+    red_index = [f"r{k}" for k in range(len(dims))]
+    full = [""] * x.ndim
+    for d, v in zip(kept, out_index):
+        full[d] = v
+    for d, v in zip(dims, red_index):
+        full[d] = v
+    in_op = "sum" if op == "mean" else op
+    acc = _acc_dtype(op, x.dtype, out_dtype)
+    value = body(full) if body is not None else x.load(full)
+    if in_op not in ("argmax", "argmin", "any", "all"):
+        value = cast(value, acc)
+    loop_shape = tuple(x.shape[d] for d in kept)
+    strides = _contiguous(loop_shape)
+    offset_src = " + ".join(f"{v}*{s}" for v, s in zip(out_index, strides) if s) or "0"
+    ctx.add_kernel(ReductionKernel(
+        ctx.kernel_name("reduce"), out.layout, out_dtype, out_index, loop_shape, offset_src,
+        red_index, tuple(x.shape[d] for d in dims), value, in_op, acc, finalize))
+    return out
+
+
+def _contiguous(shape: tuple[int, ...]) -> list[int]:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return list(reversed(strides))
+
+
+def _count(x: TensorValue, dims: list[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    return n
+
+
+@register(aten.sum.dim_IntList, aten.sum.default)
+def _sum(ctx: GraphLowering, x: TensorValue, dim: Any = None, keepdim: bool = False,
+         dtype: Any = None) -> Realized:
+    return reduce(ctx, x, _dims(x, dim), keepdim, "sum", ctx.out_dtype())
+
+
+@register(aten.mean.dim, aten.mean.default)
+def _mean(ctx: GraphLowering, x: TensorValue, dim: Any = None, keepdim: bool = False,
+          dtype: Any = None) -> Realized:
+    dims = _dims(x, dim)
+    n = _count(x, dims)
+    return reduce(ctx, x, dims, keepdim, "mean", ctx.out_dtype(),
+                  finalize=f"{{acc}} / np.float64({float(n)!r})")
+
+
+@register(aten.prod.default, aten.prod.dim_int)
+def _prod(ctx: GraphLowering, x: TensorValue, dim: Any = None, keepdim: bool = False,
+          dtype: Any = None) -> Realized:
+    return reduce(ctx, x, _dims(x, dim), keepdim, "prod", ctx.out_dtype())
+
+
+@register(aten.amax.default, aten.amin.default)
+def _amax(ctx: GraphLowering, x: TensorValue, dim: Any = (), keepdim: bool = False) -> Realized:
+    op = "max" if ctx.current.target is aten.amax.default else "min"
+    return reduce(ctx, x, _dims(x, dim), keepdim, op, ctx.out_dtype())
+
+
+@register(aten.argmax.default, aten.argmin.default)
+def _argmax(ctx: GraphLowering, x: TensorValue, dim: Any = None, keepdim: bool = False):
+    op = "argmax" if ctx.current.target is aten.argmax.default else "argmin"
+    if dim is None and keepdim:
+        out = reduce(ctx, x, list(range(x.ndim)), True, op, "int64")
+        return out
+    return reduce(ctx, x, _dims(x, dim), keepdim, op, "int64")
+
+
+@register(aten.max.dim, aten.min.dim)
+def _max_dim(ctx: GraphLowering, x: TensorValue, dim: int, keepdim: bool = False):
+    is_max = ctx.current.target is aten.max.dim
+    dims = _dims(x, dim)
+    values = reduce(ctx, x, dims, keepdim, "max" if is_max else "min", x.dtype)
+    indices = reduce(ctx, x, dims, keepdim, "argmax" if is_max else "argmin", "int64")
+    return (values, indices)
+
+
+@register(aten.max.default, aten.min.default)
+def _max_all(ctx: GraphLowering, x: TensorValue) -> Realized:
+    op = "max" if ctx.current.target is aten.max.default else "min"
+    return reduce(ctx, x, list(range(x.ndim)), False, op, x.dtype)
+
+
+@register(aten.any.default, aten.any.dim, aten.any.dims, aten.all.default, aten.all.dim,
+          aten.all.dims)
+def _any(ctx: GraphLowering, x: TensorValue, dim: Any = None, keepdim: bool = False):
+    op = "any" if ctx.current.target in (aten.any.default, aten.any.dim, aten.any.dims) else "all"
+    return reduce(ctx, x, _dims(x, dim), keepdim, op, "bool")
+
+
+def _var(ctx: GraphLowering, x: TensorValue, dims: list[int], correction: float,
+         keepdim: bool, out_dtype: str) -> tuple[Realized, Realized]:
+    n = _count(x, dims)
+    mean = reduce(ctx, x, dims, True, "mean", "float64" if is_float(out_dtype) else out_dtype,
+                  finalize=f"{{acc}} / np.float64({float(n)!r})")
+    denom = max(n - correction, 0)
+
+    def body(index: list[str]) -> Expr:
+        diff = Op("sub", (cast(x.load(index), "float64"),
+                          cast(load_broadcast(mean, x.shape, index), "float64")), "float64")
+        return Op("mul", (diff, diff), "float64")
+    var = reduce(ctx, x, dims, keepdim, "sum", out_dtype, body=body,
+                 finalize=f"{{acc}} / np.float64({float(denom)!r})")
+    if not keepdim:
+        mean = Realized(var.shape, mean.dtype, mean.layout.__class__(
+            mean.layout.buffer, var.shape, tuple(_contiguous(var.shape)), 0))
+    return var, mean
+
+
+@register(aten.var.correction, aten.var.dim, aten.var.default)
+def _var_op(ctx: GraphLowering, x: TensorValue, dim: Any = None, unbiased: Any = None,
+            keepdim: bool = False, *, correction: Any = None) -> Realized:
+    corr = _correction(unbiased, correction)
+    return _var(ctx, x, _dims(x, dim), corr, keepdim, ctx.out_dtype())[0]
+
+
+@register(aten.std.correction, aten.std.dim, aten.std.default)
+def _std_op(ctx: GraphLowering, x: TensorValue, dim: Any = None, unbiased: Any = None,
+            keepdim: bool = False, *, correction: Any = None) -> Lazy:
+    var = _var(ctx, x, _dims(x, dim), _correction(unbiased, correction), keepdim,
+               ctx.out_dtype())[0]
+    return Lazy(var.shape, var.dtype, lambda i: Op("sqrt", (var.load(i),), var.dtype), 1)
+
+
+@register(aten.var_mean.correction, aten.var_mean.dim)
+def _var_mean(ctx: GraphLowering, x: TensorValue, dim: Any = None, unbiased: Any = None,
+              keepdim: bool = False, *, correction: Any = None):
+    out = ctx.out_dtype()
+    var, mean = _var(ctx, x, _dims(x, dim), _correction(unbiased, correction), keepdim, out)
+    mean_out = Lazy(var.shape, out, lambda i: cast(mean.load(i), out), 1)
+    return (var, mean_out)
+
+
+def _correction(unbiased: Any, correction: Any) -> float:
+    if correction is not None:
+        return float(correction)
+    if isinstance(unbiased, bool):
+        return 1.0 if unbiased else 0.0
+    return 1.0
+
+
+@register(aten.logsumexp.default)
+def _logsumexp(ctx: GraphLowering, x: TensorValue, dim: Any, keepdim: bool = False) -> Lazy:
+    dims = _dims(x, dim)
+    out = ctx.out_dtype()
+    mx = reduce(ctx, x, dims, True, "max", x.dtype)
+
+    def shifted(index: list[str]) -> Expr:
+        m = cast(load_broadcast(mx, x.shape, index), "float64")
+        safe = Op("where", (Op("isinf", (m,), "bool"), Const(0.0, "float64"), m), "float64")
+        return Op("exp", (Op("sub", (cast(x.load(index), "float64"), safe), "float64"),),
+                  "float64")
+    total = reduce(ctx, x, dims, keepdim, "sum", "float64", body=shifted)
+    mk = mx if keepdim else Realized(total.shape, mx.dtype, mx.layout.__class__(
+        mx.layout.buffer, total.shape, tuple(_contiguous(total.shape)), 0))
+
+    def fn(index: list[str]) -> Expr:
+        m = cast(mk.load(index), "float64")
+        safe = Op("where", (Op("isinf", (m,), "bool"), Const(0.0, "float64"), m), "float64")
+        return cast(Op("add", (Op("log", (total.load(index),), "float64"), safe), "float64"), out)
+    return Lazy(total.shape, out, fn, 3)

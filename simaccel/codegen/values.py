@@ -1,0 +1,231 @@
+"""Tensor values during lowering: in device memory (:class:`Realized`) or not yet
+computed (:class:`Lazy`, a pointwise function of the index that fuses into its users).
+
+Views never launch a kernel: on a realized tensor they change strides and offset,
+on a lazy one they remap the index.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from simaccel.codegen.ir import Expr, Layout, Load, Op, contiguous_strides, paren
+
+IndexFn = Callable[[list[str]], Expr]
+
+
+@dataclass
+class TensorValue:
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    def load(self, index: list[str]) -> Expr:
+        raise NotImplementedError
+
+
+@dataclass
+class Realized(TensorValue):
+    layout: Layout
+
+    def load(self, index: list[str]) -> Expr:
+        return Load(self.layout.buffer, self.layout.offset_source(index), self.dtype)
+
+    def restrided(self, shape, strides, offset) -> "Realized":
+        layout = Layout(self.layout.buffer, tuple(shape), tuple(strides), offset)
+        return Realized(tuple(shape), self.dtype, layout)
+
+    def is_contiguous(self) -> bool:
+        expected = contiguous_strides(self.shape)
+        return all(size == 1 or s == e
+                   for size, s, e in zip(self.shape, self.layout.strides, expected))
+
+
+@dataclass
+class Lazy(TensorValue):
+    fn: IndexFn
+    ops: int = 1  # how many scalar ops computing one element costs (inlining heuristic)
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def load(self, index: list[str]) -> Expr:
+        # Memoised so that a value used twice in one kernel is one DAG node (emitted once).
+        key = tuple(index)
+        if key not in self.memo:
+            self.memo[key] = self.fn(list(index))
+        return self.memo[key]
+
+
+def cast(expr: Expr, dtype: str) -> Expr:
+    return expr if expr.dtype == dtype else Op("cast", (expr,), dtype)
+
+
+def broadcast_index(shape: tuple[int, ...], out_shape: tuple[int, ...],
+                    index: list[str]) -> list[str]:
+    """The index into a tensor of ``shape`` broadcast to ``out_shape``."""
+    lead = len(out_shape) - len(shape)
+    return ["0" if size == 1 and out_shape[lead + k] != 1 else index[lead + k]
+            for k, size in enumerate(shape)]
+
+
+def load_broadcast(value: TensorValue, out_shape: tuple[int, ...], index: list[str]) -> Expr:
+    return value.load(broadcast_index(value.shape, out_shape, index))
+
+
+# --------------------------------------------------------------------------- views
+
+
+def permute(value: TensorValue, dims: list[int]) -> TensorValue:
+    dims = [d % value.ndim for d in dims] if value.ndim else []
+    shape = tuple(value.shape[d] for d in dims)
+    if isinstance(value, Realized):
+        strides = [value.layout.strides[d] for d in dims]
+        return value.restrided(shape, strides, value.layout.offset)
+
+    def fn(index: list[str]) -> Expr:
+        old = [""] * len(dims)
+        for new_pos, old_pos in enumerate(dims):
+            old[old_pos] = index[new_pos]
+        return value.load(old)
+    return Lazy(shape, value.dtype, fn, getattr(value, "ops", 1))
+
+
+def expand(value: TensorValue, shape: list[int]) -> TensorValue:
+    lead = len(shape) - value.ndim
+    shape = tuple(value.shape[k - lead] if s == -1 else s for k, s in enumerate(shape))
+    if isinstance(value, Realized):
+        strides = [0] * lead + [0 if value.shape[k] == 1 and shape[lead + k] != 1 else st
+                                for k, st in enumerate(value.layout.strides)]
+        return value.restrided(shape, strides, value.layout.offset)
+    return Lazy(shape, value.dtype,
+                lambda index: load_broadcast(value, shape, index), getattr(value, "ops", 1))
+
+
+def unsqueeze(value: TensorValue, dim: int) -> TensorValue:
+    dim = dim % (value.ndim + 1)
+    shape = value.shape[:dim] + (1,) + value.shape[dim:]
+    if isinstance(value, Realized):
+        strides = list(value.layout.strides)
+        strides.insert(dim, 0)
+        return value.restrided(shape, strides, value.layout.offset)
+    return Lazy(shape, value.dtype, lambda index: value.load(index[:dim] + index[dim + 1:]),
+                getattr(value, "ops", 1))
+
+
+def squeeze(value: TensorValue, dims: list[int] | None) -> TensorValue:
+    if dims is None:
+        dims = list(range(value.ndim))
+    dims = [d % value.ndim for d in dims] if value.ndim else []
+    drop = {d for d in dims if value.shape[d] == 1}
+    keep = [k for k in range(value.ndim) if k not in drop]
+    shape = tuple(value.shape[k] for k in keep)
+    if isinstance(value, Realized):
+        strides = [value.layout.strides[k] for k in keep]
+        return value.restrided(shape, strides, value.layout.offset)
+
+    def fn(index: list[str]) -> Expr:
+        full, it = [], iter(index)
+        for k in range(value.ndim):
+            full.append("0" if k in drop else next(it))
+        return value.load(full)
+    return Lazy(shape, value.dtype, fn, getattr(value, "ops", 1))
+
+
+def slice_dim(value: TensorValue, dim: int, start: int, end: int, step: int) -> TensorValue:
+    dim = dim % value.ndim
+    size = value.shape[dim]
+    start, end = _clamp_slice(start, end, size)
+    length = max(0, (end - start + step - 1) // step)
+    shape = value.shape[:dim] + (length,) + value.shape[dim + 1:]
+    if isinstance(value, Realized):
+        strides = list(value.layout.strides)
+        offset = value.layout.offset + start * strides[dim]
+        strides[dim] *= step
+        return value.restrided(shape, strides, offset)
+
+    def fn(index: list[str]) -> Expr:
+        idx = list(index)
+        idx[dim] = f"{start} + {paren(idx[dim])}*{step}" if step != 1 else f"{start} + {idx[dim]}"
+        if start == 0 and step == 1:
+            idx[dim] = index[dim]
+        return value.load(idx)
+    return Lazy(shape, value.dtype, fn, getattr(value, "ops", 1))
+
+
+def _clamp_slice(start: int | None, end: int | None, size: int) -> tuple[int, int]:
+    start = 0 if start is None else start
+    end = size if end is None else end
+    start = start + size if start < 0 else start
+    end = end + size if end < 0 else end
+    start = min(max(start, 0), size)
+    end = min(max(end, start), size)
+    return start, end
+
+
+def select(value: TensorValue, dim: int, index_value: int) -> TensorValue:
+    dim = dim % value.ndim
+    index_value = index_value + value.shape[dim] if index_value < 0 else index_value
+    shape = value.shape[:dim] + value.shape[dim + 1:]
+    if isinstance(value, Realized):
+        strides = list(value.layout.strides)
+        offset = value.layout.offset + index_value * strides.pop(dim)
+        return value.restrided(shape, strides, offset)
+    return Lazy(shape, value.dtype,
+                lambda index: value.load(index[:dim] + [str(index_value)] + index[dim:]),
+                getattr(value, "ops", 1))
+
+
+def view_strides(shape: tuple[int, ...], strides: tuple[int, ...],
+                 new_shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Strides viewing a (shape, strides) tensor as ``new_shape`` without a copy, or None
+    (the algorithm of ATen's ``computeStride``)."""
+    numel = int(np.prod(shape, dtype=np.int64))
+    if numel == 0 or not shape:
+        return contiguous_strides(new_shape)
+    new_strides = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk_base_stride = strides[-1]
+    tensor_numel, view_numel = 1, 1
+    for tensor_d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[tensor_d]
+        if tensor_d == 0 or (shape[tensor_d - 1] != 1 and
+                             strides[tensor_d - 1] != tensor_numel * chunk_base_stride):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                new_strides[view_d] = view_numel * chunk_base_stride
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if tensor_d > 0:
+                chunk_base_stride = strides[tensor_d - 1]
+                tensor_numel, view_numel = 1, 1
+    return tuple(new_strides) if view_d == -1 else None
+
+
+def reshape_lazy(value: TensorValue, new_shape: tuple[int, ...]) -> Lazy:
+    """Reshape by index arithmetic: new index -> flat -> old index."""
+    new_cs = contiguous_strides(new_shape)
+    old_cs = contiguous_strides(value.shape)
+
+    def fn(index: list[str]) -> Expr:
+        flat = " + ".join(f"{paren(i)}*{s}" for i, s in zip(index, new_cs) if s) or "0"
+        old = []
+        for size, stride in zip(value.shape, old_cs):
+            old.append("0" if size == 1 else f"(({flat}) // {stride}) % {size}")
+        return value.load(old)
+    return Lazy(tuple(new_shape), value.dtype, fn, getattr(value, "ops", 1))
+
+
+def infer_shape(shape: list[int], numel: int) -> tuple[int, ...]:
+    if -1 in shape:
+        known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+        shape = [numel // known if s == -1 and known else (0 if s == -1 else s) for s in shape]
+    return tuple(int(s) for s in shape)

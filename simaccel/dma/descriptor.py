@@ -1,0 +1,84 @@
+"""DMA descriptors: one contiguous-or-strided copy from a source array to a destination.
+
+A descriptor is what a driver writes into a DMA ring (Linux ``dma_async_tx_descriptor``,
+a Neuron DMA queue entry): where to read, where to write, how many bytes. The engine
+performs the copy for real (the bytes move) and charges simulated time for it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: Directions a descriptor can move bytes in.
+#: h2d: host -> device, d2h: device -> host, const: host constant bank -> device,
+#: d2d: device -> device.
+KINDS: tuple[str, ...] = ("h2d", "d2h", "const", "d2d")
+
+
+@dataclass(eq=False, repr=False)
+class Descriptor:
+    """One DMA copy of ``dst.nbytes`` bytes from ``src`` into ``dst``.
+
+    src: source array; may be non-contiguous (a strided descriptor; its shape and byte
+        strides are recorded in ``src_shape`` / ``src_strides``).
+    dst: destination array, written in C order; same element count and dtype as ``src``.
+    kind: one of :data:`KINDS`.
+    label: free text shown in the trace (e.g. the buffer name).
+    staged: the copy goes through a host bounce buffer (pinned staging) first; counted
+        separately in the engine stats (``staged.*``).
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    kind: str
+    label: str = ""
+    staged: bool = False
+    src_shape: tuple[int, ...] = field(init=False)
+    src_strides: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"Descriptor.kind must be one of {KINDS}, got {self.kind!r}")
+        if not isinstance(self.src, np.ndarray) or not isinstance(self.dst, np.ndarray):
+            raise TypeError("Descriptor src and dst must be numpy arrays, got "
+                            f"{type(self.src).__name__} and {type(self.dst).__name__}")
+        if self.src.size != self.dst.size:
+            raise ValueError(f"Descriptor {self.label!r}: src has {self.src.size} elements "
+                             f"but dst has {self.dst.size}")
+        # DMA moves bytes; it never converts. A dtype mismatch is a caller bug.
+        if self.src.dtype != self.dst.dtype:
+            raise ValueError(f"Descriptor {self.label!r}: src dtype {self.src.dtype} != "
+                             f"dst dtype {self.dst.dtype} (view the arrays as one dtype)")
+        if not self.dst.flags.writeable:
+            raise ValueError(f"Descriptor {self.label!r}: dst is read-only")
+        self.src_shape = tuple(self.src.shape)
+        self.src_strides = tuple(self.src.strides)
+
+    def __repr__(self) -> str:
+        return (f"Descriptor({self.kind}, {self.label!r}, {self.nbytes} bytes, "
+                f"src_shape={self.src_shape}{', strided' if self.strided else ''}"
+                f"{', staged' if self.staged else ''})")
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes moved by this descriptor (bytes)."""
+        return int(self.dst.nbytes)
+
+    @property
+    def strided(self) -> bool:
+        """True when the source is not C-contiguous (a gather over strides)."""
+        return not self.src.flags.c_contiguous
+
+    def bursts(self, burst_bytes: int) -> list[int]:
+        """Sizes of the bursts this descriptor is split into (bytes each, last may be short)."""
+        full, rest = divmod(self.nbytes, burst_bytes)
+        return [burst_bytes] * full + ([rest] if rest else [])
+
+    def perform_copy(self) -> None:
+        """Move the bytes now: ``dst[...] = src`` in C order (through a bounce buffer if staged)."""
+        src = self.src
+        if self.staged:
+            # The bounce buffer is a contiguous host copy; the device DMA then reads it.
+            src = np.ascontiguousarray(src)
+        np.copyto(self.dst, src.reshape(self.dst.shape), casting="no")

@@ -1,0 +1,222 @@
+"""The simulated DMA engine: channels as in-order queues, a compute track, stats, trace.
+
+Modelled on Linux dmaengine (a client prepares descriptors, submits them, and waits on a
+completion cookie) and on AWS Neuron DMA queues (several rings running in parallel).
+Copies happen synchronously in :meth:`DmaEngine.submit` -- the bytes really move -- while
+the *timing* is simulated on a :class:`~simaccel.dma.clock.SimClock`:
+
+* descriptors of one submit form a scatter-gather list, dealt round-robin over the
+  channels (the cursor persists across submits, so back-to-back single-descriptor
+  submits also spread over the channels);
+* a descriptor costs ``latency_ns + nbytes / bandwidth_gbps`` ns (GB/s == bytes/ns):
+  latency once, then its bursts of at most ``burst_bytes`` back to back;
+* it starts at ``max(channel free time, not_before_ns)``; channels overlap each other
+  and the compute track.
+"""
+from __future__ import annotations
+
+import numbers
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from simaccel.dma.clock import SimClock
+from simaccel.dma.descriptor import KINDS, Descriptor
+from simaccel.dma.trace import DEFAULT_MAX_EVENTS, TraceEvent, TraceRecorder
+
+COMPUTE_TRACK = "compute"
+
+
+def channel_track(index: int) -> str:
+    """Name of DMA channel ``index``'s track (as shown in the trace)."""
+    return f"DMA channel {index}"
+
+
+@dataclass(frozen=True)
+class DescriptorTiming:
+    """Where and when one descriptor ran (ns)."""
+
+    descriptor: Descriptor
+    channel: int
+    start_ns: float
+    end_ns: float
+    bursts: int
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The completion event of one submit (a dmaengine cookie).
+
+    start_ns: earliest start of its descriptors (``not_before_ns`` if it had none).
+    end_ns: latest end of its descriptors (ns); later work depending on these bytes should
+        pass it as ``not_before_ns``.
+    """
+
+    start_ns: float
+    end_ns: float
+    timings: tuple[DescriptorTiming, ...] = ()
+
+    @property
+    def done(self) -> bool:
+        """Always True: the copies were performed synchronously at submit."""
+        return True
+
+    def wait(self) -> float:
+        """Block until the transfer is complete (it already is); returns ``end_ns``."""
+        return self.end_ns
+
+
+def _zero_stats() -> dict[str, float]:
+    stats: dict[str, float] = {}
+    for kind in (*KINDS, "staged"):
+        stats[f"{kind}.bytes"] = 0
+        stats[f"{kind}.transfers"] = 0
+    stats.update(descriptors=0, bursts=0, compute_items=0, compute_ns=0.0)
+    return stats
+
+
+class DmaEngine:
+    """A DMA engine with ``channels`` parallel in-order queues and one compute track.
+
+    channels: number of DMA channels (>= 1).
+    burst_bytes: largest burst a descriptor is split into (bytes, >= 1).
+    bandwidth_gbps: bandwidth of one channel (GB/s == bytes/ns, > 0).
+    latency_ns: fixed cost paid once per descriptor (ns, >= 0).
+    max_trace_events: size of the trace ring (oldest events are dropped).
+
+    Thread safe: every public method takes the engine's lock.
+    """
+
+    def __init__(self, channels: int, burst_bytes: int, bandwidth_gbps: float,
+                 latency_ns: float, *, max_trace_events: int = DEFAULT_MAX_EVENTS):
+        if isinstance(channels, bool) or not isinstance(channels, numbers.Integral) \
+                or channels < 1:
+            raise ValueError(f"DmaEngine channels must be an int >= 1, got {channels!r}")
+        if isinstance(burst_bytes, bool) or not isinstance(burst_bytes, numbers.Integral) \
+                or burst_bytes < 1:
+            raise ValueError(f"DmaEngine burst_bytes must be an int >= 1, got {burst_bytes!r}")
+        if not bandwidth_gbps > 0:
+            raise ValueError(f"DmaEngine bandwidth_gbps must be > 0, got {bandwidth_gbps!r}")
+        if not latency_ns >= 0:
+            raise ValueError(f"DmaEngine latency_ns must be >= 0, got {latency_ns!r}")
+        self.channels = int(channels)
+        self.burst_bytes = int(burst_bytes)
+        self.bandwidth_gbps = float(bandwidth_gbps)
+        self.latency_ns = float(latency_ns)
+        tracks = [channel_track(i) for i in range(channels)] + [COMPUTE_TRACK]
+        self._lock = threading.Lock()
+        self._clock = SimClock(tracks)
+        self._trace = TraceRecorder(tracks, max_trace_events)
+        self._next_channel = 0
+        self._stats = _zero_stats()
+
+    def descriptor_time_ns(self, nbytes: int) -> float:
+        """Simulated time of one descriptor of ``nbytes`` bytes on an idle channel (ns)."""
+        return self.latency_ns + nbytes / self.bandwidth_gbps
+
+    def submit(self, descriptors: Iterable[Descriptor], *, not_before_ns: float = 0.0
+               ) -> Completion:
+        """Copy every descriptor now and schedule them on the channels; see module doc."""
+        descs = list(descriptors)
+        for d in descs:
+            if not isinstance(d, Descriptor):
+                raise TypeError(f"submit() takes Descriptor objects, got {type(d).__name__}")
+        with self._lock:
+            timings = tuple(self._run_one(d, not_before_ns) for d in descs)
+            self._count_submit(descs, timings)
+        if not timings:
+            return Completion(float(not_before_ns), float(not_before_ns))
+        return Completion(min(t.start_ns for t in timings),
+                          max(t.end_ns for t in timings), timings)
+
+    def _run_one(self, desc: Descriptor, not_before_ns: float) -> DescriptorTiming:
+        channel = self._next_channel
+        self._next_channel = (channel + 1) % self.channels
+        desc.perform_copy()
+        bursts = len(desc.bursts(self.burst_bytes))
+        start, end = self._clock.reserve(channel_track(channel),
+                                         self.descriptor_time_ns(desc.nbytes), not_before_ns)
+        args: dict[str, Any] = {"bytes": desc.nbytes, "kind": desc.kind, "bursts": bursts,
+                                "channel": channel}
+        if desc.staged:
+            args["staged"] = True
+        if desc.strided:
+            args["src_shape"] = list(desc.src_shape)
+            args["src_strides"] = list(desc.src_strides)
+        name = f"{desc.kind} {desc.label}" if desc.label else desc.kind
+        self._trace.record(TraceEvent(name, desc.kind, channel, start, end - start, args))
+        return DescriptorTiming(desc, channel, start, end, bursts)
+
+    def _count_submit(self, descs: list[Descriptor],
+                      timings: tuple[DescriptorTiming, ...]) -> None:
+        # A "transfer" is one submit per kind: 3 h2d descriptors in one submit = 1 transfer.
+        st = self._stats
+        for kind in KINDS:
+            nbytes = [d.nbytes for d in descs if d.kind == kind]
+            if nbytes:
+                st[f"{kind}.transfers"] += 1
+                st[f"{kind}.bytes"] += sum(nbytes)
+        staged = [d.nbytes for d in descs if d.staged]
+        if staged:
+            st["staged.transfers"] += 1
+            st["staged.bytes"] += sum(staged)
+        st["descriptors"] += len(descs)
+        st["bursts"] += sum(t.bursts for t in timings)
+
+    def schedule_compute(self, name: str, duration_ns: float, not_before_ns: float = 0.0,
+                         *, args: dict[str, Any] | None = None) -> tuple[float, float]:
+        """Put a kernel of ``duration_ns`` on the serial compute track; returns (start, end) ns."""
+        with self._lock:
+            tid = self.channels
+            start, end = self._clock.reserve(COMPUTE_TRACK, duration_ns, not_before_ns)
+            self._trace.record(TraceEvent(name, "compute", tid, start, end - start,
+                                          dict(args or {})))
+            self._stats["compute_items"] += 1
+            self._stats["compute_ns"] += float(duration_ns)
+            return start, end
+
+    @property
+    def now_ns(self) -> float:
+        """End of the latest item on any track (ns)."""
+        with self._lock:
+            return self._clock.now_ns
+
+    def channel_free_ns(self, channel: int) -> float:
+        """Time DMA channel ``channel`` finishes its queued descriptors (ns)."""
+        with self._lock:
+            return self._clock.free_at(channel_track(channel))
+
+    def stats(self) -> dict[str, float]:
+        """Flat counters: ``{kind}.bytes``/``{kind}.transfers`` for h2d, d2h, const, d2d and
+        staged; ``descriptors``; ``bursts``; ``busy_ns`` (sum of channel busy time, ns);
+        ``compute_ns``/``compute_items``; ``timeline_ns`` (latest end on any track, ns)."""
+        with self._lock:
+            out = dict(self._stats)
+            out["busy_ns"] = sum(self._clock.busy_ns(channel_track(i))
+                                 for i in range(self.channels))
+            out["timeline_ns"] = self._clock.now_ns
+            return out
+
+    def reset_stats(self) -> None:
+        """Zero the counters, clear the trace and restart the timeline at 0 ns."""
+        with self._lock:
+            self._stats = _zero_stats()
+            self._clock.reset()
+            self._trace.clear()
+            self._next_channel = 0
+
+    def trace_events(self) -> list[TraceEvent]:
+        """The retained trace events, oldest first."""
+        with self._lock:
+            return self._trace.events()
+
+    def chrome_trace(self) -> dict[str, Any]:
+        """The trace as a Chrome Trace Event JSON object."""
+        with self._lock:
+            return self._trace.to_chrome_trace()
+
+    def export_chrome_trace(self, path: str | os.PathLike[str]) -> None:
+        """Write the trace to ``path`` as Chrome Trace Event JSON (loadable in Perfetto)."""
+        with self._lock:
+            self._trace.export(path)

@@ -1,0 +1,486 @@
+"""The one simaccel module that reaches into ``torch._dynamo`` / ``torch._guards`` internals.
+
+Everything here runs *inside* a backend's CompilerFn, while Dynamo compiles a frame: the
+frame being compiled is found through ``InstructionTranslator.current_tx()``.
+
+How a re-trace turns a baked scalar into a graph input (torch 2.13.0):
+
+* ``int``: ``VariableBuilder.wrap_literal`` checks ``torch.compiler.config.dynamic_sources``
+  *before* any specialization rule (``dynamic=False``, globals, nn.Module int attributes), so
+  listing the exact source name there makes it a ``SymInt`` graph input.
+* ``float``: ``VariableBuilder.wrap_symfloat`` tensorifies a float whose frame-state entry
+  (``pgo.FrameStateSizeEntry.scalar``) is ``auto_dynamic``; that entry is only honoured while
+  ``config.automatic_dynamic_shapes`` is on (``dynamic=False`` turns it off), so the re-trace
+  runs with it on. Tensor entries of the frame state already hold this call's sizes, so
+  tensor shapes stay static.
+* The restart itself is ``TensorifyScalarRestartAnalysis``: the one exception Dynamo lets a
+  backend raise to have the frame re-traced inside the same compile (no recompile).
+
+The config changes are undone when Dynamo's compile of the frame ends (an end callback of
+``torch._dynamo.callback_handler``); frame-state entries stay, which is how Dynamo itself
+remembers that a scalar is dynamic.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+from simaccel.errors import SimAccelError
+
+log = logging.getLogger("simaccel")
+
+SUPPORTED_TORCH_VERSION = "2.13.0"
+VALUE_GUARDS = ("CONSTANT_MATCH", "EQUALS_MATCH")
+
+# (module, attribute path) pairs this module relies on; checked by assert_supported_torch.
+_REQUIRED_ATTRS: tuple[tuple[str, str], ...] = (
+    ("torch._dynamo.symbolic_convert", "InstructionTranslator.current_tx"),
+    ("torch._dynamo.exc", "TensorifyScalarRestartAnalysis"),
+    ("torch._dynamo.callback", "callback_handler.register_end_callback"),
+    ("torch._dynamo.callback", "callback_handler.end_callbacks"),
+    ("torch._dynamo.pgo", "get_code_state"),
+    ("torch._dynamo.pgo", "FrameStateSizeEntry"),
+    ("torch._dynamo.pgo", "auto_dynamic"),
+    ("torch._dynamo.guards", "_get_closure_vars"),
+    ("torch._dynamo.source", "LocalSource"),
+    ("torch._dynamo.source", "GlobalSource"),
+    ("torch._dynamo.source", "AttrSource"),
+    ("torch._dynamo.source", "DictGetItemSource"),
+    ("torch._dynamo.source", "GetItemSource"),
+    ("torch._dynamo.source", "DefaultsSource"),
+    ("torch._dynamo.variables.builder", "is_dynamic_source"),
+    ("torch._dynamo.config", "automatic_dynamic_shapes"),
+    ("torch._dynamo.config", "specialize_float"),
+    ("torch._guards", "CompileContext.current_compile_id"),
+    ("torch.compiler.config", "dynamic_sources"),
+)
+
+
+def assert_supported_torch() -> None:
+    """Fail loudly if this torch is not the one whose internals this module was written for.
+
+    Raises :class:`SimAccelError` naming the version or the missing attribute.
+    """
+    version = torch.__version__.split("+")[0]
+    if version != SUPPORTED_TORCH_VERSION:
+        raise SimAccelError(
+            f"simaccel.guards.dynamo supports torch {SUPPORTED_TORCH_VERSION}, found "
+            f"{torch.__version__}; Dynamo internals used for scalar lifting may have changed. "
+            f"Use options={{'lift': 'off'}} or update simaccel/guards/dynamo.py.")
+    import importlib
+    for module_name, path in _REQUIRED_ATTRS:
+        obj: Any = importlib.import_module(module_name)
+        for part in path.split("."):
+            if not hasattr(obj, part):
+                raise SimAccelError(
+                    f"torch internals changed: {module_name}.{path} is missing; "
+                    f"simaccel.guards.dynamo must be updated (or use options={{'lift': 'off'}})")
+            obj = getattr(obj, part)
+    fields = {f.name for f in dataclasses.fields(_pgo().FrameStateSizeEntry)}
+    if "scalar" not in fields:
+        raise SimAccelError("torch internals changed: FrameStateSizeEntry has no 'scalar'")
+    from torch._dynamo.exc import RestartAnalysis, TensorifyScalarRestartAnalysis
+    if not issubclass(TensorifyScalarRestartAnalysis, RestartAnalysis):
+        raise SimAccelError("torch internals changed: TensorifyScalarRestartAnalysis is no "
+                            "longer a RestartAnalysis")
+
+
+def _pgo() -> Any:
+    from torch._dynamo import pgo
+    return pgo
+
+
+# ---------------------------------------------------------------- the frame being compiled
+
+def _output_graph() -> Any:
+    """The OutputGraph of the frame Dynamo is compiling now (raises if none)."""
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+    tx = getattr(InstructionTranslator, "current_tx", lambda: None)()
+    if tx is None:
+        raise SimAccelError("simaccel.guards must be called from a backend while Dynamo "
+                            "compiles a frame (no frame is being traced)")
+    return tx.output
+
+
+def current_compile_id() -> str:
+    """Dynamo's id of the frame compile under way, e.g. ``"0/1"`` (frame 0, 2nd compile)."""
+    from torch._guards import CompileContext
+    return str(CompileContext.current_compile_id())
+
+
+def is_export() -> bool:
+    """True under ``torch.export``: export forbids adding graph inputs, so nothing is lifted."""
+    return bool(getattr(_output_graph(), "export", False))
+
+
+@dataclass(frozen=True)
+class ScalarSite:
+    """A value guard of the frame: a Python value Dynamo baked in and guards on by value.
+
+    ``kind`` is ``float``, ``int``, ``bool``, ``str``, ``None``, ``enum`` or a type name;
+    ``where`` says where the value lives (argument, global, closure cell, nn.Module
+    attribute, object attribute, dict item, list item, ...).
+    """
+
+    source: str
+    value: Any
+    kind: str
+    where: str
+    guard: str
+
+    @property
+    def liftable(self) -> bool:
+        """A finite float or an int (not bool): what Dynamo can turn into a graph input."""
+        if self.kind == "float":
+            return math.isfinite(self.value)
+        return self.kind == "int"
+
+
+def value_guard_sites() -> list[ScalarSite]:
+    """Every value guard (CONSTANT_MATCH / EQUALS_MATCH) of the frame, one site per source."""
+    out = _output_graph()
+    sites: dict[str, ScalarSite] = {}
+    for guard in sorted(out.guards, key=lambda g: g.name):
+        kind_name = guard.create_fn_name()
+        if kind_name not in VALUE_GUARDS or guard.name in sites:
+            continue
+        source = guard.originating_source
+        try:
+            value = _source_value(out, source)
+        except Exception as err:  # noqa: BLE001 - an odd source is reported, not fatal
+            log.debug("simaccel: cannot read %s: %s", guard.name, err)
+            continue
+        sites[guard.name] = ScalarSite(
+            guard.name, value, _kind(value), _where(out, source),
+            f"{kind_name}: {guard.name} == {value!r}")
+    return list(sites.values())
+
+
+def _source_value(out: Any, source: Any) -> Any:
+    from torch._dynamo.guards import _get_closure_vars
+    scope = {"L": out.local_scope, "G": out.global_scope}
+    return source.get_value(scope, dict(_get_closure_vars()), {})
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, enum.Enum):
+        return "enum"
+    return type(value).__name__
+
+
+def _where(out: Any, source: Any) -> str:
+    """Human description of where the value behind ``source`` lives."""
+    from torch._dynamo import source as S
+    if isinstance(source, S.LocalSource):
+        return "closure cell" if source.is_derefed_cell_contents else "argument"
+    if isinstance(source, S.GlobalSource):
+        return "global"
+    if isinstance(source, S.DefaultsSource):
+        return "default argument"
+    if isinstance(source, S.AttrSource):
+        if source.member == "cell_contents":
+            return "closure cell"
+        gs = source.guard_source
+        if (gs.is_specialized_nn_module() or gs.is_unspecialized_nn_module()
+                or gs.is_unspecialized_builtin_nn_module()):
+            return "nn.Module attribute"
+        return "object attribute"
+    if isinstance(source, (S.DictGetItemSource, S.GetItemSource)):
+        try:
+            container = _source_value(out, source.base)
+        except Exception:  # noqa: BLE001 - description only
+            return "item"
+        return f"{type(container).__name__} item"
+    return type(source).__name__
+
+
+# ---------------------------------------------------------------- readable guards
+
+def readable_guards(sources: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """Guards of the frame on each source, readable (``TYPE_MATCH: type(L['a']) is float``).
+
+    Shape-env predicates on a lifted scalar's symbol are included, written with source names
+    (``L['alpha'] > 0.0``), the way ``TORCH_LOGS=guards`` prints them.
+    """
+    out = _output_graph()
+    wanted = set(sources)
+    result: dict[str, list[str]] = {name: [] for name in wanted}
+    for guard in sorted(out.guards, key=lambda g: (g.name, g.create_fn_name())):
+        if guard.name in wanted:
+            result[guard.name].append(_guard_text(out, guard))
+    for name, predicates in symbol_predicates(wanted).items():
+        result[name].extend(predicates)
+    return {name: tuple(dict.fromkeys(lines)) for name, lines in result.items()}
+
+
+def _guard_text(out: Any, guard: Any) -> str:
+    kind_name = guard.create_fn_name()
+    try:
+        value = _source_value(out, guard.originating_source)
+    except Exception:  # noqa: BLE001 - text only
+        return f"{kind_name}: {guard.name}"
+    if kind_name in VALUE_GUARDS:
+        return f"{kind_name}: {guard.name} == {value!r}"
+    if kind_name == "TYPE_MATCH":
+        return f"{kind_name}: type({guard.name}) is {type(value).__name__}"
+    return f"{kind_name}: {guard.name}"
+
+
+def _shape_env() -> Any:
+    return _output_graph().shape_env
+
+
+def _source_symbols() -> dict[str, Any]:
+    """Source name -> the sympy symbol the shape env created for it."""
+    names: dict[str, Any] = {}
+    for symbol, sources in _shape_env().var_to_sources.items():
+        for source in sources:
+            names.setdefault(source.name, symbol)
+    return names
+
+
+def _symbol_text(expr: Any) -> str:
+    """``expr`` with each symbol replaced by its source name (``zf3 > 0`` -> ``L['a'] > 0``)."""
+    import sympy
+    shape_env = _shape_env()
+    subs = {s: sympy.Symbol(shape_env.var_to_sources[s][0].name)
+            for s in expr.free_symbols if shape_env.var_to_sources.get(s)}
+    return str(expr.xreplace(subs))
+
+
+def symbol_predicates(sources: Iterable[str]) -> dict[str, list[str]]:
+    """Shape-env guards that mention each source's symbol, as readable text."""
+    symbols = _source_symbols()
+    shape_env = _shape_env()
+    result: dict[str, list[str]] = {}
+    for name in sources:
+        symbol = symbols.get(name)
+        if symbol is None:
+            continue
+        result[name] = [_symbol_text(g.expr) for g in shape_env.guards
+                        if symbol in g.expr.free_symbols]
+    return result
+
+
+# ---------------------------------------------------------------- after the re-trace
+
+@dataclass(frozen=True)
+class LiftOutcome:
+    """How one requested source came out of the re-trace.
+
+    ``status``: ``input`` (a graph placeholder), ``guard_only`` (not in the graph, only a
+    predicate guard uses it), ``shape`` (its symbol became part of a tensor shape),
+    ``specialized`` (Dynamo pinned it to its value, e.g. ``range(n)``), or ``not_lifted``.
+    """
+
+    source: str
+    status: str
+    placeholder: str | None = None
+    input_index: int | None = None
+    example: Any = None
+    predicates: tuple[str, ...] = ()
+
+
+def _placeholders(gm: torch.fx.GraphModule) -> dict[str, tuple[int, torch.fx.Node]]:
+    """Source name -> (input index, placeholder node) for the graph's Dynamo inputs."""
+    found = {}
+    for index, node in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        grapharg = node.meta.get("grapharg")
+        if grapharg is not None and grapharg.source is not None:
+            found[grapharg.source.name] = (index, node)
+    return found
+
+
+def inspect_lifted(gm: torch.fx.GraphModule, sources: Iterable[str]) -> dict[str, LiftOutcome]:
+    """Classify how each of ``sources`` appears in the re-traced graph ``gm``."""
+    out = _output_graph()
+    sources = list(sources)
+    symbols = _source_symbols()
+    placeholders = _placeholders(gm)
+    shape_symbols = _tensor_shape_symbols(gm)
+    value_guarded = {g.name for g in out.guards if g.create_fn_name() in VALUE_GUARDS}
+    predicates = symbol_predicates(sources)
+    outcomes = {}
+    for name in sources:
+        index, node = placeholders.get(name, (None, None))
+        symbol = symbols.get(name)
+        replaced = out.shape_env.replacements.get(symbol) if symbol is not None else None
+        status = ("not_lifted" if name in value_guarded or (symbol is None and node is None)
+                  else "specialized" if replaced is not None and replaced.is_number
+                  else "shape" if symbol in shape_symbols
+                  else "input" if node is not None else "guard_only")
+        outcomes[name] = LiftOutcome(
+            name, status, node.name if node is not None else None, index,
+            node.meta.get("example_value") if node is not None else None,
+            tuple(predicates.get(name, ())))
+    return outcomes
+
+
+def scalar_inputs(gm: torch.fx.GraphModule) -> list[tuple[ScalarSite, LiftOutcome]]:
+    """Every Python-scalar graph input of ``gm`` (lifted by simaccel or by Dynamo itself).
+
+    Tensor size symbols (``L['x'].size()[0]`` under ``dynamic=True``) are not included.
+    """
+    from torch._dynamo.source import TensorPropertySource
+    out = _output_graph()
+    found = []
+    predicates = symbol_predicates(_placeholders(gm))
+    for name, (index, node) in _placeholders(gm).items():
+        grapharg = node.meta["grapharg"]
+        if grapharg.is_tensor or isinstance(grapharg.source, TensorPropertySource):
+            continue
+        try:
+            value = _source_value(out, grapharg.source)
+        except Exception:  # noqa: BLE001 - fall back to the traced example
+            value = grapharg.example
+        site = ScalarSite(name, value, _kind(value), _where(out, grapharg.source), "")
+        found.append((site, LiftOutcome(name, "input", node.name, index,
+                                        node.meta.get("example_value"),
+                                        tuple(predicates.get(name, ())))))
+    return found
+
+
+def _tensor_shape_symbols(gm: torch.fx.GraphModule) -> set[Any]:
+    """Symbols that occur in the size/stride of any tensor the graph produces or takes."""
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+    found: set[Any] = set()
+    for node in gm.graph.nodes:
+        for leaf in pytree.tree_leaves(node.meta.get("example_value")):
+            if isinstance(leaf, torch.Tensor):
+                found |= free_symbols(leaf)
+    return found
+
+
+# ---------------------------------------------------------------- asking for a re-trace
+
+@dataclass
+class RetraceRequest:
+    """Sources simaccel asked Dynamo to lift in the compile ``compile_id``.
+
+    ``before`` holds the readable guards of the first trace; ``demoted`` the sources taken
+    back out after a previous re-trace, with the reason. ``rounds`` counts re-traces asked.
+    """
+
+    compile_id: str
+    sites: dict[str, ScalarSite]
+    before: dict[str, tuple[str, ...]]
+    demoted: dict[str, str] = field(default_factory=dict)
+    rounds: int = 1
+    undo_config: list[Callable[[], None]] = field(default_factory=list)
+    undo_frame_state: list[Callable[[], None]] = field(default_factory=list)
+
+
+_PENDING: dict[str, RetraceRequest] = {}
+
+
+def pending_retrace() -> RetraceRequest | None:
+    """The request made earlier in this same compile, i.e. ``gm`` is a re-traced graph."""
+    return _PENDING.get(current_compile_id())
+
+
+def request_retrace(sites: Sequence[ScalarSite], before: Mapping[str, tuple[str, ...]],
+                    demoted: Mapping[str, str] | None = None) -> NoReturn:
+    """Make Dynamo re-trace the frame with ``sites`` as graph inputs; never returns.
+
+    Called a second time in one compile (after ``inspect_lifted`` found sources that must
+    stay specialized), it replaces the first request and counts one more round.
+    """
+    from torch._dynamo.exc import TensorifyScalarRestartAnalysis
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+    compile_id = current_compile_id()
+    previous = _PENDING.pop(compile_id, None)
+    if previous is not None:
+        _run_undo(previous.undo_config)
+        _run_undo(previous.undo_frame_state)
+    request = RetraceRequest(compile_id, {s.source: s for s in sites}, dict(before),
+                             dict(demoted or {}), previous.rounds + 1 if previous else 1)
+    _apply_request(request)
+    _PENDING[compile_id] = request
+    _ensure_end_callback()
+    # Dynamo replays its speculation log on a restart; the re-trace takes other paths
+    # (symbolic compares instead of constants), so the old log would diverge.
+    InstructionTranslator.current_tx().speculation_log.clear()
+    names = ", ".join(request.sites)
+    raise TensorifyScalarRestartAnalysis(
+        restart_reason=f"simaccel: re-trace to lift scalars {names}")
+
+
+def _run_undo(actions: list[Callable[[], None]]) -> None:
+    while actions:
+        actions.pop()()
+
+
+def _apply_request(request: RetraceRequest) -> None:
+    ints = [n for n, s in request.sites.items() if s.kind == "int"]
+    floats = [n for n, s in request.sites.items() if s.kind == "float"]
+    if ints:
+        extra = ",".join(_exact_source_regex(n) for n in ints)
+        _patch(torch.compiler.config, "dynamic_sources",
+               lambda old: f"{old},{extra}" if old else extra, request.undo_config)
+    if floats:
+        _patch(torch._dynamo.config, "automatic_dynamic_shapes", lambda _: True,
+               request.undo_config)
+        _patch(torch._dynamo.config, "specialize_float", lambda _: False, request.undo_config)
+        _seed_frame_state(floats, request.undo_frame_state)
+
+
+def _patch(obj: Any, name: str, new: Callable[[Any], Any],
+           undo: list[Callable[[], None]]) -> None:
+    old = getattr(obj, name)
+    setattr(obj, name, new(old))
+    undo.append(lambda: setattr(obj, name, old))
+
+
+def _exact_source_regex(name: str) -> str:
+    """A ``dynamic_sources`` entry matching exactly ``name``.
+
+    Entries are regexes split on ',' with spaces removed and an optional ':N' suffix, so
+    those characters are written as escapes that survive that parsing.
+    """
+    escaped = re.escape(name)
+    for char, code in ((" ", r"\x20"), (",", r"\x2c"), (":", r"\x3a")):
+        escaped = escaped.replace("\\" + char, code).replace(char, code)
+    return escaped + "$"
+
+
+def _seed_frame_state(names: Sequence[str], undo: list[Callable[[], None]]) -> None:
+    """Mark ``names`` auto-dynamic in the frame state of every code object traced."""
+    pgo = _pgo()
+    out = _output_graph()
+    traced = {(c.co_filename, c.co_firstlineno, c.co_name)
+              for c in out.tracing_context.traced_code}
+    for code_id, state in list(pgo.get_code_state().items()):
+        if (code_id.filename, code_id.firstlineno, code_id.name) not in traced:
+            continue
+        for name in names:
+            if name not in state.automatic_dynamic:
+                continue
+            old = state.automatic_dynamic[name]
+            state.automatic_dynamic[name] = pgo.FrameStateSizeEntry(scalar=pgo.auto_dynamic)
+            undo.append(lambda d=state.automatic_dynamic, n=name, o=old: d.__setitem__(n, o))
+
+
+def _ensure_end_callback() -> None:
+    from torch._dynamo.callback import callback_handler
+    # torch._dynamo.reset() clears every callback, so check each time.
+    if _on_compile_end not in callback_handler.end_callbacks:
+        callback_handler.register_end_callback(_on_compile_end)
+
+
+def _on_compile_end(_args: Any) -> None:
+    """Dynamo finished compiling (outermost compile): undo every config change made."""
+    while _PENDING:
+        _, request = _PENDING.popitem()
+        _run_undo(request.undo_config)

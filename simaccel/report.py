@@ -1,0 +1,66 @@
+"""Compile reports: one per compiled graph, readable with ``str(report)``."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+_REPORTS: list["CompileReport"] = []
+_LOCK = threading.Lock()
+#: reports kept in memory (oldest dropped first).
+MAX_REPORTS = 1000
+
+
+@dataclass
+class CompileReport:
+    """What simaccel did with one graph: kernels, host fallbacks, memory plan, guards."""
+
+    graph: str
+    kernels: list[Any] = field(default_factory=list)
+    host_fallbacks: list[tuple[str, str]] = field(default_factory=list)
+    memory_plan: dict[str, int] = field(default_factory=dict)
+    guards: Any = None  # simaccel.guards report (lifted / dropped / kept / added)
+    compile_ms: float = 0.0
+    ops: int = 0
+
+    def __str__(self) -> str:
+        lines = [f"simaccel compile report: {self.graph}",
+                 f"  aten ops: {self.ops}, kernels: {len(self.kernels)}, "
+                 f"compile: {self.compile_ms:.1f} ms"]
+        origins: dict[str, int] = {}
+        for k in self.kernels:
+            origins[k.origin] = origins.get(k.origin, 0) + 1
+        if origins:
+            lines.append("  kernel sources: " + ", ".join(f"{v} {k}" for k, v in sorted(origins.items())))
+        for k in self.kernels:
+            lines.append(f"    {k.name} [{k.kind}, {k.origin}]")
+        if self.host_fallbacks:
+            lines.append(f"  host fallbacks ({len(self.host_fallbacks)}):")
+            lines += [f"    {op}: {reason}" for op, reason in self.host_fallbacks]
+        else:
+            lines.append("  host fallbacks: none")
+        if self.memory_plan:
+            mp = self.memory_plan
+            lines.append(f"  memory plan: planned peak {mp.get('planned_bytes', 0)} bytes, "
+                         f"liveness lower bound {mp.get('lower_bound_bytes', 0)} bytes, "
+                         f"naive sum {mp.get('naive_bytes', 0)} bytes")
+        if self.guards is not None:
+            lines.append(str(self.guards))
+        return "\n".join(lines)
+
+
+def add_report(report: CompileReport) -> None:
+    with _LOCK:
+        _REPORTS.append(report)
+        del _REPORTS[:-MAX_REPORTS]
+
+
+def reports() -> list[CompileReport]:
+    """Reports of the graphs compiled so far in this process (oldest first)."""
+    with _LOCK:
+        return list(_REPORTS)
+
+
+def clear_reports() -> None:
+    with _LOCK:
+        _REPORTS.clear()

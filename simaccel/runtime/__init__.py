@@ -1,0 +1,1 @@
+"""simaccel.runtime."""

@@ -1,0 +1,137 @@
+"""The simulated device: memory arena, caching allocator, DMA engine, stats.
+
+One process-wide :class:`Device` (``simaccel.get_device()``). ``simaccel.configure``
+replaces its config; compiled programs notice the new generation and re-upload what
+they keep resident.
+"""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+from simaccel.dma import DmaEngine
+from simaccel.runtime.config import DeviceConfig
+from simaccel.runtime.memory import CachingAllocator, DeviceMemory
+
+#: runtime counters that always appear in runtime_stats(), even when zero.
+RUNTIME_KEYS = ("kernel_launches", "host_fallback_ops", "graphs_compiled", "kernels_compiled",
+                "kernel_cache_hits", "kernel_memory_hits", "calls", "resident_uploads",
+                "resident_bytes")
+
+
+class Device:
+    """A simulated accelerator. Thread safe."""
+
+    def __init__(self, config: DeviceConfig | None = None):
+        self._lock = threading.RLock()
+        self._counters: Counter[str] = Counter()
+        self.generation = 0
+        self._build(config or DeviceConfig())
+        #: serialises kernel launches: one compute queue, and numba's default
+        #: workqueue threading layer is not safe under concurrent parallel kernels.
+        self.compute_lock = threading.Lock()
+
+    def _build(self, config: DeviceConfig) -> None:
+        self.config = config
+        self.memory = DeviceMemory(config.memory_bytes)
+        self.allocator = CachingAllocator(config.memory_bytes, config.alignment)
+        self.dma = DmaEngine(config.dma_channels, config.dma_burst_bytes,
+                             config.dma_bandwidth_gbps, config.dma_latency_ns)
+        self.generation += 1
+
+    def reconfigure(self, config: DeviceConfig) -> None:
+        """Install ``config``: a new arena, allocator and DMA engine (stats carry over)."""
+        with self._lock:
+            if config == self.config:
+                return
+            old_dma = self.dma.stats()
+            self._build(config)
+            self._counters.update({f"dma_prev.{k}": v for k, v in old_dma.items()
+                                   if isinstance(v, (int, float))})
+
+    # ------------------------------------------------------------------ counters
+
+    def count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._counters[key] += n
+
+    def runtime_stats(self) -> dict[str, int]:
+        """Counters: ``kernel_launches``, ``host_fallback_ops``, ``graphs_compiled``,
+        ``kernels_compiled`` (numba compiled), ``kernel_cache_hits`` (loaded from the
+        on-disk cache), ``kernel_memory_hits`` (reused in this process), ``calls``..."""
+        with self._lock:
+            stats = {k: 0 for k in RUNTIME_KEYS}
+            stats.update({k: v for k, v in self._counters.items() if not k.startswith("dma_prev.")})
+            return stats
+
+    def dma_stats(self) -> dict[str, Any]:
+        """DMA counters since the last reset (bytes, transfers, descriptors, ns)."""
+        with self._lock:
+            stats = dict(self.dma.stats())
+            for key, value in self._counters.items():
+                if key.startswith("dma_prev."):
+                    name = key[len("dma_prev."):]
+                    if name in stats and isinstance(stats[name], (int, float)):
+                        stats[name] += value
+            return stats
+
+    def memory_stats(self) -> dict[str, int]:
+        """Allocator stats with ``torch.cuda.memory_stats`` key names (bytes)."""
+        return self.allocator.memory_stats()
+
+    def memory_summary(self) -> str:
+        return self.allocator.memory_summary()
+
+    def reset_stats(self) -> None:
+        """Zero the runtime and DMA counters and the memory peaks."""
+        with self._lock:
+            self._counters.clear()
+            self.dma.reset_stats()
+            self.allocator.reset_peak_stats()
+            if hasattr(self.allocator, "reset_accumulated_stats"):
+                self.allocator.reset_accumulated_stats()
+
+    def export_trace(self, path: str) -> None:
+        """Write the simulated timeline as Chrome trace JSON (loads in Perfetto)."""
+        self.dma.export_chrome_trace(path)
+
+    def kernel_time_ns(self, flops: float, nbytes: float) -> float:
+        """Roofline time of a kernel (ns): launch cost + max(compute, memory) time."""
+        cfg = self.config
+        compute_ns = flops / cfg.device_flops * 1e9
+        memory_ns = nbytes / cfg.device_mem_gbps
+        return cfg.kernel_launch_ns + max(compute_ns, memory_ns)
+
+
+_DEVICE: Device | None = None
+_DEVICE_LOCK = threading.Lock()
+
+
+def get_device() -> Device:
+    """The process-wide simulated device."""
+    global _DEVICE
+    if _DEVICE is None:
+        with _DEVICE_LOCK:
+            if _DEVICE is None:
+                _DEVICE = Device()
+    return _DEVICE
+
+
+class configure:
+    """Change the device config: ``simaccel.configure(memory_bytes=64 << 20)``.
+
+    Also a context manager that restores the previous config on exit. Unknown or
+    invalid fields raise :class:`~simaccel.errors.InvalidOptionError`.
+    """
+
+    def __init__(self, **fields: Any):
+        device = get_device()
+        self._previous = device.config
+        device.reconfigure(device.config.replace(**fields))
+
+    def __enter__(self) -> DeviceConfig:
+        return get_device().config
+
+    def __exit__(self, *exc: Any) -> None:
+        get_device().reconfigure(self._previous)

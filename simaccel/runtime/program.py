@@ -1,0 +1,285 @@
+"""A compiled graph on the device: a memory plan and an ordered list of steps.
+
+Each call: one workspace block is taken from the caching allocator (every input,
+intermediate and output buffer has a planned offset in it), inputs are DMA'd host to
+device, lifted scalars go to the resident constant bank (one transfer, and only when
+a value changed), kernels run on device buffers, outputs are DMA'd back, and the
+workspace is freed. Constants (``get_attr`` tensors) stay resident across calls.
+
+This module knows nothing of torch: buffers are numpy arrays over device memory.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from simaccel.dma import Descriptor
+from simaccel.runtime.device import Device
+from simaccel.runtime.memory import Block
+from simaccel.runtime.planner import MemoryPlan, PlanBuffer, plan_memory
+
+#: bytes per constant-bank slot (every lifted scalar is stored as 8 bytes).
+SLOT_BYTES = 8
+
+
+@dataclass
+class BufferDecl:
+    """A device buffer: dtype (numpy name), element count, kind
+    (input, scalar, constant, temp)."""
+
+    name: str
+    dtype: str
+    numel: int
+    kind: str
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class LaunchStep:
+    """Launch ``fn(*buffers, *params)`` on device buffers; ``flops``/``nbytes`` feed the
+    roofline timing model."""
+
+    name: str
+    fn: Callable[..., Any]
+    buffers: list[str]
+    params: list[Any]
+    flops: float
+    nbytes: float
+
+
+@dataclass
+class HostStep:
+    """Run ``fn(views)`` on the host (a fallback op); ``reads`` are copied device to host
+    first and ``writes`` host to device after, by DMA."""
+
+    name: str
+    fn: Callable[[dict[str, np.ndarray]], None]
+    reads: list[str]
+    writes: list[str]
+
+
+@dataclass
+class OutputDecl:
+    """Graph output: a strided view (elements) of a device buffer."""
+
+    buffer: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+    dtype: str
+
+
+@dataclass
+class ProgramSpec:
+    buffers: dict[str, BufferDecl]
+    steps: list[LaunchStep | HostStep]
+    tensor_inputs: list[tuple[int, str]]  # (argument index, buffer)
+    scalar_inputs: list[tuple[int, str]]
+    constants: dict[str, np.ndarray]
+    outputs: list[OutputDecl | None]
+    name: str = "graph"
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def step_buffers(step: LaunchStep | HostStep) -> list[str]:
+    return step.buffers if isinstance(step, LaunchStep) else step.reads + step.writes
+
+
+def build_plan(spec: ProgramSpec, alignment: int) -> MemoryPlan:
+    """Offsets of the per-call buffers by liveness over the step list."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    n = len(spec.steps)
+    for _, name in spec.tensor_inputs:
+        first[name] = 0
+        last[name] = 0
+    for k, step in enumerate(spec.steps, start=1):
+        for name in step_buffers(step):
+            first.setdefault(name, k)
+            last[name] = k
+    for out in spec.outputs:
+        if out is not None:
+            first.setdefault(out.buffer, n + 1)
+            last[out.buffer] = n + 1
+    buffers = [PlanBuffer(name, decl.nbytes, first.get(name, 0), last.get(name, 0))
+               for name, decl in spec.buffers.items()
+               if decl.kind not in ("constant", "scalar") and name in first]
+    return plan_memory(buffers, alignment)
+
+
+class Program:
+    """Runs a :class:`ProgramSpec` on a :class:`Device`. Calls are serialised per program
+    (its resident constant bank is shared state); different programs run concurrently."""
+
+    def __init__(self, device: Device, spec: ProgramSpec):
+        self.device = device
+        self.spec = spec
+        self.plan = build_plan(spec, device.config.alignment)
+        self._lock = threading.Lock()
+        self._resident: dict[str, Any] = {}
+        self._generation = -1
+        self._view_cache: dict[int, dict[str, np.ndarray]] = {}
+        self._bank_host = np.zeros(max(len(spec.scalar_inputs), 1) * SLOT_BYTES, np.uint8)
+        self._bank_valid = False
+        self._finalizer = weakref.finalize(self, _free_resident, self._resident)
+
+    # ------------------------------------------------------------------ resident state
+
+    def _ensure_resident(self) -> None:
+        """Upload constants and create the constant bank (again after a reconfigure)."""
+        device = self.device
+        if self._generation == device.generation:
+            return
+        _free_resident(self._resident)
+        self._view_cache.clear()
+        nbytes = sum(self.spec.buffers[n].nbytes for n in self.spec.constants)
+        nbytes += self._bank_host.nbytes + device.config.alignment * (len(self.spec.constants) + 1)
+        block = device.allocator.malloc(nbytes)
+        self._resident.update(allocator=device.allocator, block=block, views={})
+        offset = block.offset
+        descs = []
+        for name, host in self.spec.constants.items():
+            decl = self.spec.buffers[name]
+            view = device.memory.view(offset, np.dtype(decl.dtype), decl.numel)
+            self._resident["views"][name] = view
+            descs.append(Descriptor(np.ascontiguousarray(host).reshape(-1), view, "h2d", name))
+            offset = _align(offset + decl.nbytes, device.config.alignment)
+        self._resident["bank"] = device.memory.view(offset, np.dtype(np.uint8),
+                                                     self._bank_host.nbytes)
+        self._bank_valid = False
+        if descs:
+            device.dma.submit(descs)
+            device.count("resident_uploads", len(descs))
+            device.count("resident_bytes", sum(d.nbytes for d in descs))
+        self._generation = device.generation
+
+    def _bank_views(self) -> dict[str, np.ndarray]:
+        bank = self._resident["bank"]
+        views = {}
+        for slot, (_, name) in enumerate(self.spec.scalar_inputs):
+            dtype = np.dtype(self.spec.buffers[name].dtype)
+            views[name] = bank[slot * SLOT_BYTES: slot * SLOT_BYTES + dtype.itemsize].view(dtype)
+        return views
+
+    # ------------------------------------------------------------------ per call
+
+    def run(self, args: list[Any], host_outputs: list[np.ndarray | None]) -> None:
+        """Execute once: ``args`` are host arrays / Python scalars by argument index;
+        each tensor output is copied into ``host_outputs[k]``."""
+        device = self.device
+        with self._lock:
+            self._ensure_resident()
+            block = device.allocator.malloc(self.plan.total_bytes)
+            try:
+                views = self._views(block)
+                ready = self._upload(views, args)
+                end = self._launch_all(views, ready)
+                self._download(views, host_outputs, end)
+            finally:
+                device.allocator.free(block)
+            device.count("calls")
+
+    def _views(self, block: Block) -> dict[str, np.ndarray]:
+        cached = self._view_cache.get(block.offset)
+        if cached is not None:
+            return cached
+        memory = self.device.memory
+        views = dict(self._resident["views"])
+        views.update(self._bank_views())
+        for name, off in self.plan.offsets.items():
+            decl = self.spec.buffers[name]
+            views[name] = memory.view(block.offset + off, np.dtype(decl.dtype), decl.numel)
+        if len(self._view_cache) > 8:
+            self._view_cache.clear()
+        self._view_cache[block.offset] = views
+        return views
+
+    def _upload(self, views: dict[str, np.ndarray], args: list[Any]) -> float:
+        """DMA tensor inputs (one scatter-gather submit) and the constant bank."""
+        dma = self.device.dma
+        descs = []
+        for index, name in self.spec.tensor_inputs:
+            host = args[index]
+            dst = views[name].reshape(host.shape) if host.size else views[name][:0]
+            descs.append(Descriptor(host if host.size else host.reshape(-1), dst, "h2d", name))
+        end = dma.submit(descs).end_ns if descs else 0.0
+        if self.spec.scalar_inputs:
+            end = max(end, self._upload_bank(args))
+        return end
+
+    def _upload_bank(self, args: list[Any]) -> float:
+        """Pack the scalars; one ``const`` transfer only when a value changed."""
+        packed = np.zeros_like(self._bank_host)
+        for slot, (index, name) in enumerate(self.spec.scalar_inputs):
+            dtype = np.dtype(self.spec.buffers[name].dtype)
+            value = np.asarray(args[index], dtype=dtype).reshape(1)
+            packed[slot * SLOT_BYTES: slot * SLOT_BYTES + dtype.itemsize] = value.view(np.uint8)
+        if self._bank_valid and np.array_equal(packed, self._bank_host):
+            return 0.0
+        self._bank_host[:] = packed
+        self._bank_valid = True
+        return self.device.dma.submit(
+            [Descriptor(self._bank_host, self._resident["bank"], "const", "constant bank")]).end_ns
+
+    def _launch_all(self, views: dict[str, np.ndarray], ready_ns: float) -> float:
+        device = self.device
+        end = ready_ns
+        for step in self.spec.steps:
+            if isinstance(step, LaunchStep):
+                with device.compute_lock:
+                    step.fn(*[views[b] for b in step.buffers], *step.params)
+                duration = device.kernel_time_ns(step.flops, step.nbytes)
+                end = device.dma.schedule_compute(step.name, duration, end)[1]
+                device.count("kernel_launches")
+            else:
+                end = self._run_host(step, views, end)
+        return end
+
+    def _run_host(self, step: HostStep, views: dict[str, np.ndarray], ready_ns: float) -> float:
+        """A fallback op: its operands go device->host and its results host->device."""
+        dma = self.device.dma
+        host = {name: np.empty_like(views[name]) for name in step.reads}
+        descs = [Descriptor(views[n], host[n], "d2h", n) for n in step.reads]
+        end = dma.submit(descs, not_before_ns=ready_ns).end_ns if descs else ready_ns
+        results = {name: np.empty_like(views[name]) for name in step.writes}
+        step.fn({**host, **results})
+        descs = [Descriptor(results[n], views[n], "h2d", n) for n in step.writes]
+        end = dma.submit(descs, not_before_ns=end).end_ns if descs else end
+        self.device.count("host_fallback_ops")
+        return end
+
+    def _download(self, views: dict[str, np.ndarray], host_outputs: list[Any],
+                  ready_ns: float) -> None:
+        descs = []
+        for out, host in zip(self.spec.outputs, host_outputs):
+            if out is None or host is None or host.size == 0:
+                continue
+            base = views[out.buffer]
+            item = base.itemsize
+            src = np.lib.stride_tricks.as_strided(
+                base[out.offset:], out.shape, [s * item for s in out.strides], writeable=False)
+            descs.append(Descriptor(src, host, "d2h", out.buffer))
+        if descs:
+            self.device.dma.submit(descs, not_before_ns=ready_ns)
+
+
+def _align(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+def _free_resident(resident: dict[str, Any]) -> None:
+    block = resident.pop("block", None)
+    allocator = resident.pop("allocator", None)
+    if block is not None and allocator is not None:
+        try:
+            allocator.free(block)
+        except Exception:  # the allocator was replaced by a reconfigure: nothing to free
+            pass
+    resident.clear()
