@@ -15,6 +15,7 @@ import torch
 import torch.fx
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._functorch.aot_autograd import aot_module_simplified
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from simaccel.codegen.compile import STORAGE_DTYPES, assemble
 from simaccel.codegen.graph import GraphLowering
@@ -152,8 +153,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
     start = time.perf_counter()
     device = get_device()
     name = f"graph{next(_GRAPH_IDS)}_{kind}"
-    lowered = GraphLowering(gm, options.fallback).run(list(example_inputs))
-    result = assemble(lowered, device, name)
+    # AOTAutograd calls us under its FakeTensorMode; graph constants are real tensors.
+    with unset_fake_temporarily():
+        lowered = GraphLowering(gm, options.fallback).run(list(example_inputs))
+        result = assemble(lowered, device, name)
     program = Program(device, result.spec)
     device.count("graphs_compiled")
     plan = program.plan

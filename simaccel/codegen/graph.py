@@ -18,7 +18,8 @@ import torch
 import torch.fx
 
 from simaccel.codegen.ir import (DEVICE_DTYPES, Const, ExternKernel, Kernel, Layout,
-                                 PointwiseKernel, contiguous_strides, count_ops)
+                                 PointwiseKernel, ReductionKernel, contiguous_strides,
+                                 count_ops)
 from simaccel.codegen.values import Lazy, Realized, TensorValue
 from simaccel.errors import UnsupportedOpError
 
@@ -123,6 +124,12 @@ class GraphLowering:
         return Realized(shape, dtype, Layout(name, shape, contiguous_strides(shape), 0))
 
     def add_kernel(self, kernel: Kernel) -> None:
+        """Append ``kernel``; a pointwise or reduction kernel that writes no element is
+        dropped (nothing to compute, and no numba compile for an empty loop)."""
+        if isinstance(kernel, PointwiseKernel) and kernel.numel == 0:
+            return
+        if isinstance(kernel, ReductionKernel) and kernel.out.numel == 0:
+            return
         self.steps.append(kernel)
 
     def kernel_name(self, kind: str) -> str:

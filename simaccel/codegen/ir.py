@@ -39,7 +39,7 @@ def affine(terms: list[tuple[str, int]], const: int = 0) -> str:
     for var, coeff in terms:
         if coeff == 0 or var == "0":
             continue
-        parts.append(var if coeff == 1 else f"{var}*{coeff}")
+        parts.append(var if coeff == 1 else f"{paren(var)}*{coeff}")
     return " + ".join(parts) if parts else "0"
 
 

@@ -202,3 +202,20 @@ def _logsumexp(ctx: GraphLowering, x: TensorValue, dim: Any, keepdim: bool = Fal
         safe = Op("where", (Op("isinf", (m,), "bool"), Const(0.0, "float64"), m), "float64")
         return cast(Op("add", (Op("log", (total.load(index),), "float64"), safe), "float64"), out)
     return Lazy(total.shape, out, fn, 3)
+
+
+@register(torch.ops.prims.var.default)
+def _prims_var(ctx: GraphLowering, x: TensorValue, dims: Any, correction: float = 1.0,
+               *, output_dtype: Any = None) -> Realized:
+    return _var(ctx, x, _dims(x, dims), float(correction), False, ctx.out_dtype())[0]
+
+
+@register(torch.ops.prims.sum.default)
+def _prims_sum(ctx: GraphLowering, x: TensorValue, dims: Any, *, output_dtype: Any = None):
+    return reduce(ctx, x, _dims(x, dims), False, "sum", ctx.out_dtype())
+
+
+@register(torch.ops.prims.amax.default, torch.ops.prims.amin.default)
+def _prims_amax(ctx: GraphLowering, x: TensorValue, dims: Any) -> Realized:
+    op = "max" if ctx.current.target is torch.ops.prims.amax.default else "min"
+    return reduce(ctx, x, _dims(x, dims), False, op, ctx.out_dtype())

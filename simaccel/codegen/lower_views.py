@@ -175,3 +175,18 @@ def _diagonal(ctx: GraphLowering, x: TensorValue, offset: int = 0, dim1: int = 0
     keep = [k for k in range(x.ndim) if k not in (d1, d2)]
     strides = [st[k] for k in keep] + [st[d1] + st[d2]]
     return base.restrided(shape, strides, start)
+
+
+@register(torch.ops.prims.broadcast_in_dim.default)
+def _broadcast_in_dim(ctx: GraphLowering, x: TensorValue, shape: list[int],
+                      broadcast_dimensions: list[int]) -> TensorValue:
+    value = x
+    for d in range(len(shape)):
+        if d not in broadcast_dimensions:
+            value = unsqueeze(value, d)
+    return expand(value, list(shape))
+
+
+@register(torch.ops.prims.squeeze.default)
+def _prims_squeeze(ctx: GraphLowering, x: TensorValue, dims: list[int]) -> TensorValue:
+    return squeeze(x, list(dims))

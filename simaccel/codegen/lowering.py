@@ -201,6 +201,12 @@ def _div(ctx: GraphLowering, a: Any, b: Any) -> Lazy:
     return elementwise(ctx, "truediv", [a, b])
 
 
+@register(prims.div.default)
+def _prims_div(ctx: GraphLowering, a: Any, b: Any) -> Lazy:
+    """prims.div: true division on floats, truncation on integers."""
+    return elementwise(ctx, "truediv" if is_float(ctx.out_dtype()) else "truncdiv", [a, b])
+
+
 @register(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def _div_mode(ctx: GraphLowering, a: Any, b: Any, rounding_mode: str | None = None) -> Lazy:
     op = {"floor": "floordiv", "trunc": "truncdiv", None: "truediv"}[rounding_mode]

@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from simaccel.codegen.ir import Expr, Layout, Load, Op, contiguous_strides, paren
+from simaccel.codegen.ir import Expr, Layout, Load, Op, affine, contiguous_strides, paren
 
 IndexFn = Callable[[list[str]], Expr]
 
@@ -210,16 +210,54 @@ def view_strides(shape: tuple[int, ...], strides: tuple[int, ...],
     return tuple(new_strides) if view_d == -1 else None
 
 
+def reshape_groups(old: tuple[int, ...], new: tuple[int, ...]) -> list[tuple[list[int], list[int]]] | None:
+    """Pair up runs of old and new dims with equal products (the dims a reshape merges
+    or splits), ignoring size-1 dims. None when the shapes do not line up."""
+    groups: list[tuple[list[int], list[int]]] = []
+    o_dims = [d for d, s in enumerate(old) if s != 1]
+    n_dims = [d for d, s in enumerate(new) if s != 1]
+    i = j = 0
+    while i < len(o_dims) or j < len(n_dims):
+        if i >= len(o_dims) or j >= len(n_dims):
+            return None
+        go, gn = [o_dims[i]], [n_dims[j]]
+        po, pn = old[o_dims[i]], new[n_dims[j]]
+        i, j = i + 1, j + 1
+        while po != pn:
+            if po < pn and i < len(o_dims):
+                go.append(o_dims[i])
+                po *= old[o_dims[i]]
+                i += 1
+            elif pn < po and j < len(n_dims):
+                gn.append(n_dims[j])
+                pn *= new[n_dims[j]]
+                j += 1
+            else:
+                return None
+        groups.append((go, gn))
+    return groups
+
+
 def reshape_lazy(value: TensorValue, new_shape: tuple[int, ...]) -> Lazy:
-    """Reshape by index arithmetic: new index -> flat -> old index."""
-    new_cs = contiguous_strides(new_shape)
-    old_cs = contiguous_strides(value.shape)
+    """Reshape by index arithmetic, group by group: a split dim becomes an affine
+    combination of the new indices, a merged dim one ``//`` and ``%`` per old dim."""
+    old_shape = value.shape
+    groups = reshape_groups(old_shape, new_shape)
+    if groups is None or any(0 in old_shape for _ in [0]):
+        groups = [([d for d in range(len(old_shape))], [d for d in range(len(new_shape))])]
 
     def fn(index: list[str]) -> Expr:
-        flat = " + ".join(f"{paren(i)}*{s}" for i, s in zip(index, new_cs) if s) or "0"
-        old = []
-        for size, stride in zip(value.shape, old_cs):
-            old.append("0" if size == 1 else f"(({flat}) // {stride}) % {size}")
+        old = ["0"] * len(old_shape)
+        for old_dims, new_dims in groups:
+            sizes = [new_shape[d] for d in new_dims]
+            flat = affine(list(zip([index[d] for d in new_dims], contiguous_strides(tuple(sizes)))))
+            if len(old_dims) == 1:
+                old[old_dims[0]] = flat
+                continue
+            strides = contiguous_strides(tuple(old_shape[d] for d in old_dims))
+            for k, (d, stride) in enumerate(zip(old_dims, strides)):
+                q = f"{paren(flat)} // {stride}" if stride != 1 else flat
+                old[d] = q if k == 0 else f"({q}) % {old_shape[d]}"
         return value.load(old)
     return Lazy(tuple(new_shape), value.dtype, fn, getattr(value, "ops", 1))
 

@@ -1,0 +1,150 @@
+"""Fixtures and helpers shared by the whole test suite.
+
+* A session-wide private kernel cache (``SIMACCEL_CACHE_DIR``), so tests never read or
+  write the user's cache and a run always starts cold.
+* :func:`check`: compile a function with ``backend="simaccel"``, run it, and assert it
+  equals eager and really ran on the device (``check_model`` in Inductor's tests).
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+_ROOT = str(pathlib.Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import torch  # noqa: E402
+import torch._dynamo  # noqa: E402
+from torch.utils._pytree import keystr, tree_flatten_with_path, tree_map  # noqa: E402
+
+import simaccel  # noqa: E402
+from simaccel import get_device  # noqa: E402
+
+#: float32 pointwise tolerances of the op suite (the issue's contract).
+POINTWISE_TOL = {"rtol": 1e-5, "atol": 1e-6}
+#: reductions, normalisations, matmul, convolution and attention.
+REDUCTION_TOL = {"rtol": 1e-4, "atol": 1e-5}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kernel_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pathlib.Path]:
+    """One private, initially empty kernel cache for the whole session.
+
+    The process-wide kernel cache resolves ``SIMACCEL_CACHE_DIR`` at its first
+    compile, which happens after this fixture (nothing compiles at import time).
+    """
+    path = tmp_path_factory.mktemp("simaccel-kernels")
+    previous = os.environ.get("SIMACCEL_CACHE_DIR")
+    os.environ["SIMACCEL_CACHE_DIR"] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop("SIMACCEL_CACHE_DIR", None)
+    else:
+        os.environ["SIMACCEL_CACHE_DIR"] = previous
+
+
+@dataclass
+class CheckResult:
+    """What :func:`check` observed: the compiled outputs, device counters, reports."""
+
+    outputs: Any
+    runtime_stats: dict[str, int]
+    dma_stats: dict[str, Any]
+    reports: list[simaccel.CompileReport] = field(default_factory=list)
+
+    @property
+    def fallbacks(self) -> list[tuple[str, str]]:
+        return [fb for report in self.reports for fb in report.host_fallbacks]
+
+
+def _clone(value: Any) -> Any:
+    """Copy tensors preserving their strides (so eager sees the same layouts)."""
+    def copy(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        out = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype)
+        if t.numel():
+            # a stride-0 (expanded) input cannot be copied into elementwise; rebuild it
+            out = t.clone() if 0 in t.stride() else out.copy_(t)
+        return out
+    return tree_map(copy, value)
+
+
+def _mismatches(actual: Any, expected: Any, rtol: float, atol: float) -> list[str]:
+    """One message per output leaf that differs from eager (dtype, shape or values)."""
+    act_leaves, act_spec = tree_flatten_with_path(actual)
+    exp_leaves, exp_spec = tree_flatten_with_path(expected)
+    if act_spec != exp_spec:
+        return [f"output structure differs: {act_spec} vs eager {exp_spec}"]
+    problems = []
+    for (path, got), (_, want) in zip(act_leaves, exp_leaves):
+        try:
+            if isinstance(want, torch.Tensor):
+                torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
+            else:
+                assert got == want, f"{got!r} != {want!r}"
+        except AssertionError as exc:
+            problems.append(f"output{keystr(path)}: {exc}")
+    return problems
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    leaves, _ = tree_flatten_with_path(value)
+    return [leaf for _, leaf in leaves if isinstance(leaf, torch.Tensor)]
+
+
+def check(fn: Callable[..., Any], *args: Any, rtol: float = POINTWISE_TOL["rtol"],
+          atol: float = POINTWISE_TOL["atol"], expect_fallback: bool = False,
+          fallback_reason: str | None = None, device_work: bool | None = None) -> CheckResult:
+    """Compile ``fn`` with simaccel, run it on ``args`` and compare with eager.
+
+    Asserts: every output leaf has eager's dtype, shape and values (``assert_close``
+    with ``rtol``/``atol`` and ``equal_nan``); kernels launched and DMA moved bytes when
+    the graph has device work (by default: some output has elements); no host
+    fallback unless ``expect_fallback``, in which case one happened and, if given,
+    ``fallback_reason`` is in the reason of the last report's fallbacks.
+    """
+    torch._dynamo.reset()
+    simaccel.clear_reports()
+    device = get_device()
+    device.reset_stats()
+    expected = fn(*_clone(args))
+    compiled = torch.compile(fn, backend="simaccel", dynamic=False)
+    actual = compiled(*_clone(args))
+    reports = simaccel.reports()
+    result = CheckResult(actual, device.runtime_stats(), device.dma_stats(), reports)
+    assert reports, "simaccel compiled no graph"
+    problems = _mismatches(actual, expected, rtol, atol)
+    assert not problems, "compiled result differs from eager:\n" + "\n".join(problems)
+    _check_fallbacks(result, expect_fallback, fallback_reason)
+    if device_work is None:
+        device_work = any(t.numel() for t in _tensors(expected)) and not expect_fallback
+    if device_work:
+        _check_device_ran(result)
+    return result
+
+
+def _check_fallbacks(result: CheckResult, expect: bool, reason: str | None) -> None:
+    ops = result.runtime_stats["host_fallback_ops"]
+    if not expect:
+        assert ops == 0 and not result.fallbacks, f"unexpected host fallbacks: {result.fallbacks}"
+        return
+    assert ops > 0, "expected a host fallback, but everything ran on the device"
+    if reason is not None:
+        last = result.reports[-1].host_fallbacks
+        assert any(reason in why for _, why in last), \
+            f"no host fallback gives the reason {reason!r}: {last}"
+
+
+def _check_device_ran(result: CheckResult) -> None:
+    stats, dma = result.runtime_stats, result.dma_stats
+    assert stats["kernel_launches"] > 0, f"no kernel ran on the device: {stats}"
+    moved = dma["h2d.bytes"] + dma["d2h.bytes"] + dma.get("const.bytes", 0)
+    assert moved > 0, f"no bytes moved by DMA: {dma}"
