@@ -14,7 +14,7 @@ from simaccel.codegen.ir import (Const, Expr, ExternKernel, IndexValue, Load, Op
                                  ReductionKernel, buffers_read, is_float)
 
 #: iteration spaces with at least this many elements run their outer loop with prange.
-PARALLEL_THRESHOLD = 1 << 16
+PARALLEL_THRESHOLD = 1 << 20
 
 HEADER = (
     "import math\n"

@@ -14,7 +14,7 @@ from simaccel.codegen.values import Lazy, Realized, TensorValue, cast, load_broa
 aten = torch.ops.aten
 
 #: tensors at least this large (elements) run their template with prange.
-PARALLEL_NUMEL = 1 << 15
+PARALLEL_NUMEL = 1 << 20
 
 
 def _matrix_operand(ctx: GraphLowering, x: TensorValue, dtype: str) -> tuple[Realized, bool, int]:
