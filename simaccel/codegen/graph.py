@@ -216,8 +216,11 @@ class GraphLowering:
             if dtype is None:
                 raise UnsupportedOpError("graph input", f"dtype {val.dtype} cannot be stored "
                                          f"on the device")
-            value = self.new_tensor(tuple(val.shape), dtype, kind="input")
-            self.inputs.append(InputSpec(index, value.layout.buffer, value.shape, dtype))
+            # 0-d tensors (lifted Python floats arrive as 0-d float64) go to the constant
+            # bank: one coalesced transfer per call, and none when no value changed.
+            scalar = val.dim() == 0 and dtype in DEVICE_DTYPES
+            value = self.new_tensor(tuple(val.shape), dtype, kind="scalar" if scalar else "input")
+            self.inputs.append(InputSpec(index, value.layout.buffer, value.shape, dtype, scalar))
             return value
         if isinstance(val, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)):
             dtype = _scalar_dtype(val)

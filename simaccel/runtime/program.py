@@ -92,8 +92,10 @@ def step_buffers(step: LaunchStep | HostStep) -> list[str]:
     return step.buffers if isinstance(step, LaunchStep) else step.reads + step.writes
 
 
-def build_plan(spec: ProgramSpec, alignment: int) -> MemoryPlan:
-    """Offsets of the per-call buffers by liveness over the step list."""
+def build_plan(spec: ProgramSpec, alignment: int, resident: frozenset[str] = frozenset()
+               ) -> MemoryPlan:
+    """Offsets of the per-call buffers by liveness over the step list (``resident``
+    buffers live in blocks of their own and take no workspace)."""
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     n = len(spec.steps)
@@ -110,7 +112,8 @@ def build_plan(spec: ProgramSpec, alignment: int) -> MemoryPlan:
             last[out.buffer] = n + 1
     buffers = [PlanBuffer(name, decl.nbytes, first.get(name, 0), last.get(name, 0))
                for name, decl in spec.buffers.items()
-               if decl.kind not in ("constant", "scalar") and name in first]
+               if decl.kind not in ("constant", "scalar") and name in first
+               and name not in resident]
     return plan_memory(buffers, alignment)
 
 
@@ -128,7 +131,19 @@ class Program:
         self._view_cache: dict[int, dict[str, np.ndarray]] = {}
         self._bank_host = np.zeros(max(len(spec.scalar_inputs), 1) * SLOT_BYTES, np.uint8)
         self._bank_valid = False
+        self._resident_inputs: dict[int, str] = {}  # argument index -> buffer
+        self._resident_keys: dict[str, Any] = {}
         self._finalizer = weakref.finalize(self, _free_resident, self._resident)
+
+    def set_resident_inputs(self, indices: set[int]) -> None:
+        """Keep these tensor inputs (parameters, buffers) resident on the device: uploaded
+        once, and again only when the key passed with a call changes."""
+        by_index = dict(self.spec.tensor_inputs)
+        with self._lock:
+            self._resident_inputs = {i: by_index[i] for i in sorted(indices) if i in by_index}
+            self.plan = build_plan(self.spec, self.device.config.alignment,
+                                   frozenset(self._resident_inputs.values()))
+            self._view_cache.clear()
 
     # ------------------------------------------------------------------ resident state
 
@@ -139,10 +154,11 @@ class Program:
             return
         _free_resident(self._resident)
         self._view_cache.clear()
+        self._resident_keys.clear()
         nbytes = sum(self.spec.buffers[n].nbytes for n in self.spec.constants)
         nbytes += self._bank_host.nbytes + device.config.alignment * (len(self.spec.constants) + 1)
         block = device.allocator.malloc(nbytes)
-        self._resident.update(allocator=device.allocator, block=block, views={})
+        self._resident.update(allocator=device.allocator, block=block, views={}, inputs=[])
         offset = block.offset
         descs = []
         for name, host in self.spec.constants.items():
@@ -170,16 +186,19 @@ class Program:
 
     # ------------------------------------------------------------------ per call
 
-    def run(self, args: list[Any], host_outputs: list[np.ndarray | None]) -> None:
+    def run(self, args: list[Any], host_outputs: list[np.ndarray | None],
+            resident_keys: dict[int, Any] | None = None) -> None:
         """Execute once: ``args`` are host arrays / Python scalars by argument index;
-        each tensor output is copied into ``host_outputs[k]``."""
+        each tensor output is copied into ``host_outputs[k]``. ``resident_keys`` identify
+        the current contents of resident inputs (same key: no upload)."""
         device = self.device
         with self._lock:
             self._ensure_resident()
+            resident_ready = self._upload_resident(args, resident_keys or {})
             block = device.allocator.malloc(self.plan.total_bytes)
             try:
                 views = self._views(block)
-                ready = self._upload(views, args)
+                ready = max(resident_ready, self._upload(views, args))
                 end = self._launch_all(views, ready)
                 self._download(views, host_outputs, end)
             finally:
@@ -206,6 +225,8 @@ class Program:
         dma = self.device.dma
         descs = []
         for index, name in self.spec.tensor_inputs:
+            if index in self._resident_inputs:
+                continue
             host = args[index]
             dst = views[name].reshape(host.shape) if host.size else views[name][:0]
             descs.append(Descriptor(host if host.size else host.reshape(-1), dst, "h2d", name))
@@ -213,6 +234,34 @@ class Program:
         if self.spec.scalar_inputs:
             end = max(end, self._upload_bank(args))
         return end
+
+    def _upload_resident(self, args: list[Any], keys: dict[int, Any]) -> float:
+        """Upload resident inputs whose key changed (first call, in-place update, new
+        tensor); one scatter-gather submit for all of them."""
+        descs = []
+        for index, name in self._resident_inputs.items():
+            key = keys.get(index)
+            if key is not None and self._resident_keys.get(name) == key:
+                continue
+            view = self._resident_view(name)
+            host = args[index]
+            descs.append(Descriptor(host, view.reshape(host.shape), "h2d", name))
+            self._resident_keys[name] = key
+        if not descs:
+            return 0.0
+        self.device.count("resident_uploads", len(descs))
+        self.device.count("resident_bytes", sum(d.nbytes for d in descs))
+        return self.device.dma.submit(descs).end_ns
+
+    def _resident_view(self, name: str) -> np.ndarray:
+        views = self._resident["views"]
+        if name not in views:
+            decl = self.spec.buffers[name]
+            block = self.device.allocator.malloc(decl.nbytes)
+            self._resident["inputs"].append(block)
+            views[name] = self.device.memory.view(block.offset, np.dtype(decl.dtype), decl.numel)
+            self._view_cache.clear()
+        return views[name]
 
     def _upload_bank(self, args: list[Any]) -> float:
         """Pack the scalars; one ``const`` transfer only when a value changed."""
@@ -275,11 +324,13 @@ def _align(value: int, alignment: int) -> int:
 
 
 def _free_resident(resident: dict[str, Any]) -> None:
-    block = resident.pop("block", None)
+    """Free the resident blocks (at garbage collection or before a re-upload)."""
     allocator = resident.pop("allocator", None)
-    if block is not None and allocator is not None:
-        try:
-            allocator.free(block)
-        except Exception:  # the allocator was replaced by a reconfigure: nothing to free
-            pass
+    blocks = [resident.pop("block", None), *resident.pop("inputs", [])]
+    for block in blocks:
+        if block is not None and allocator is not None:
+            try:
+                allocator.free(block)
+            except Exception:  # the allocator was replaced by a reconfigure: nothing to free
+                pass
     resident.clear()

@@ -1,0 +1,134 @@
+"""The device model seen through compiled models: constant bank, resident parameters,
+memory back to baseline, out-of-memory, threads."""
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+import torch
+
+import simaccel
+from simaccel.errors import DeviceOutOfMemoryError, InvalidOptionError
+
+TEMPERATURE = 1.0
+
+
+class Head(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(),
+                                       torch.nn.Linear(64, 16))
+
+    def forward(self, x):
+        return torch.softmax(self.net(x) / TEMPERATURE, dim=-1)
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    torch._dynamo.reset()
+    gc.collect()
+    yield
+    torch._dynamo.reset()
+    gc.collect()
+
+
+def test_constant_bank_transfers_only_when_a_lifted_value_changes():
+    global TEMPERATURE
+    torch.manual_seed(0)
+    model, x = Head().eval(), torch.randn(4, 32)
+    device = simaccel.get_device()
+    gc.collect()
+    baseline = device.memory_stats()["allocated_bytes.all.current"]
+    device.reset_stats()
+    compiled = torch.compile(model, backend="simaccel", dynamic=False)
+    changes = 0
+    with torch.no_grad():
+        for call in range(100):
+            if call % 10 in (1, 4, 7):  # 30 of the 100 calls see a new temperature
+                TEMPERATURE = 0.5 + call / 100
+                changes += 1
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+    dma, rt = device.dma_stats(), device.runtime_stats()
+    assert changes == 30
+    assert dma["const.transfers"] == changes + 1  # plus the first call
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert rt["resident_bytes"] == weight_bytes  # weights uploaded exactly once
+    assert rt["graphs_compiled"] == 1
+    del compiled
+    torch._dynamo.reset()
+    gc.collect()
+    assert device.memory_stats()["allocated_bytes.all.current"] == baseline
+
+
+def test_inplace_parameter_update_is_re_uploaded():
+    model, x = Head().eval(), torch.randn(2, 32)
+    compiled = torch.compile(model, backend="simaccel")
+    device = simaccel.get_device()
+    with torch.no_grad():
+        compiled(x)
+        device.reset_stats()
+        model.net[0].weight.mul_(0.5)
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+    assert device.runtime_stats()["resident_uploads"] == 1
+
+
+def test_device_too_small_raises_oom_with_figures_and_recovers():
+    model, x = Head().eval(), torch.randn(256, 32)
+    device = simaccel.get_device()
+    ooms = device.memory_stats()["num_ooms"]
+    with simaccel.configure(memory_bytes=16 << 10):
+        with pytest.raises(DeviceOutOfMemoryError) as info:
+            with torch.no_grad():
+                torch.compile(model, backend="simaccel")(x)
+        err = info.value
+        assert err.requested_bytes > err.largest_free_block
+        assert err.capacity_bytes == 16 << 10
+        assert "bytes" in str(err) and "configure" in str(err)
+        assert device.memory_stats()["num_ooms"] == ooms + 1
+        torch._dynamo.reset()
+        small = torch.compile(lambda t: t * 2 + 1, backend="simaccel")
+        torch.testing.assert_close(small(torch.ones(8)), torch.full((8,), 3.0))
+    torch._dynamo.reset()
+    with torch.no_grad():  # the default device is back and works
+        torch.testing.assert_close(torch.compile(model, backend="simaccel")(x), model(x),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_eight_threads_fifty_calls_each_equal_eager():
+    torch.manual_seed(0)
+    model = Head().eval()
+    compiled = torch.compile(model, backend="simaccel")
+    inputs = [torch.randn(3, 32) for _ in range(8)]
+    with torch.no_grad():
+        compiled(inputs[0])
+        expected = [model(x) for x in inputs]
+    failures: list[str] = []
+
+    def worker(k: int) -> None:
+        with torch.no_grad():
+            for _ in range(50):
+                got = compiled(inputs[k])
+                if not torch.allclose(got, expected[k], rtol=1e-5, atol=1e-6):
+                    failures.append(f"thread {k}")
+                    return
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+
+
+def test_configure_rejects_nonsense_and_restores():
+    before = simaccel.get_device().config
+    with pytest.raises(InvalidOptionError, match="alignment"):
+        simaccel.configure(alignment=3)
+    with pytest.raises(InvalidOptionError, match="dma_bandwidth_gbps"):
+        simaccel.configure(dma_bandwidth_gbps=0)
+    with pytest.raises(InvalidOptionError, match="unknown"):
+        simaccel.configure(colour="blue")
+    with simaccel.configure(dma_channels=2) as cfg:
+        assert cfg.dma_channels == 2
+    assert simaccel.get_device().config == before
