@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from simaccel.codegen.compile import STORAGE_DTYPES, assemble
 from simaccel.codegen.graph import GraphLowering
+from simaccel.guards import prepare_frame
 from simaccel.options import Options, parse_options
 from simaccel.report import CompileReport, add_report
 from simaccel.runtime.device import get_device
@@ -203,9 +204,6 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
 
 
 def _prepare_guards(gm: torch.fx.GraphModule, example_inputs: list[Any], opts: Options) -> Any:
-    """Scalar lifting and backend guards (see :mod:`simaccel.guards`)."""
-    try:
-        from simaccel.guards import prepare_frame
-    except ImportError:
-        return None
+    """Scalar lifting and backend guards (see :mod:`simaccel.guards`). On a frame's first
+    trace this raises Dynamo's restart exception: Dynamo re-traces the frame at once."""
     return prepare_frame(gm, example_inputs, opts)

@@ -33,7 +33,7 @@ def channel_track(index: int) -> str:
     return f"DMA channel {index}"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class DescriptorTiming:
     """Where and when one descriptor ran (ns)."""
 
@@ -110,6 +110,7 @@ class DmaEngine:
         self._trace = TraceRecorder(tracks, max_trace_events)
         self._next_channel = 0
         self._stats = _zero_stats()
+        self._tracks = tracks  # by channel index, then compute (names precomputed: hot path)
 
     def descriptor_time_ns(self, nbytes: int) -> float:
         """Simulated time of one descriptor of ``nbytes`` bytes on an idle channel (ns)."""
@@ -134,10 +135,12 @@ class DmaEngine:
         channel = self._next_channel
         self._next_channel = (channel + 1) % self.channels
         desc.perform_copy()
-        bursts = len(desc.bursts(self.burst_bytes))
-        start, end = self._clock.reserve(channel_track(channel),
-                                         self.descriptor_time_ns(desc.nbytes), not_before_ns)
-        args: dict[str, Any] = {"bytes": desc.nbytes, "kind": desc.kind, "bursts": bursts,
+        nbytes = desc.nbytes
+        bursts = -(-nbytes // self.burst_bytes)
+        start, end = self._clock.reserve(self._tracks[channel],
+                                         self.latency_ns + nbytes / self.bandwidth_gbps,
+                                         not_before_ns)
+        args: dict[str, Any] = {"bytes": nbytes, "kind": desc.kind, "bursts": bursts,
                                 "channel": channel}
         if desc.staged:
             args["staged"] = True
@@ -152,15 +155,19 @@ class DmaEngine:
                       timings: tuple[DescriptorTiming, ...]) -> None:
         # A "transfer" is one submit per kind: 3 h2d descriptors in one submit = 1 transfer.
         st = self._stats
-        for kind in KINDS:
-            nbytes = [d.nbytes for d in descs if d.kind == kind]
-            if nbytes:
-                st[f"{kind}.transfers"] += 1
-                st[f"{kind}.bytes"] += sum(nbytes)
-        staged = [d.nbytes for d in descs if d.staged]
+        kinds: set[str] = set()
+        staged = False
+        for d in descs:
+            nbytes = d.nbytes
+            st[d.kind + ".bytes"] += nbytes
+            kinds.add(d.kind)
+            if d.staged:
+                st["staged.bytes"] += nbytes
+                staged = True
+        for kind in kinds:
+            st[kind + ".transfers"] += 1
         if staged:
             st["staged.transfers"] += 1
-            st["staged.bytes"] += sum(staged)
         st["descriptors"] += len(descs)
         st["bursts"] += sum(t.bursts for t in timings)
 

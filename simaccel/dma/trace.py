@@ -17,7 +17,7 @@ TRACE_PID = 1
 DEFAULT_MAX_EVENTS = 100_000
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TraceEvent:
     """One item on a track: ``tid`` is the track's index, times in ns."""
 

@@ -18,6 +18,10 @@ How lifted scalars reach the graph (torch 2.13.0, any ``dynamic`` setting):
 * A scalar that only steers a branch is not a graph input at all: it is checked by a
   predicate guard (``L['alpha'] > 0.0``), so only a flip of the branch recompiles.
 """
+from typing import Any
+
+import torch
+
 from simaccel.guards.dynamo import assert_supported_torch
 from simaccel.guards.lift import keep_reason, lift_scalars
 from simaccel.guards.policy import LiftPolicy, SourcePattern
@@ -25,5 +29,10 @@ from simaccel.guards.report import DroppedGuard, GuardReport, KeptGuard, LiftedS
 
 __all__ = [
     "DroppedGuard", "GuardReport", "KeptGuard", "LiftPolicy", "LiftedScalar", "SourcePattern",
-    "assert_supported_torch", "keep_reason", "lift_scalars",
+    "assert_supported_torch", "keep_reason", "lift_scalars", "prepare_frame",
 ]
+
+
+def prepare_frame(gm: torch.fx.GraphModule, example_inputs: list[Any], opts: Any) -> GuardReport:
+    """Adapter for ``simaccel.backend``: :func:`lift_scalars` with ``opts.lift``/``opts.keep``."""
+    return lift_scalars(gm, example_inputs, lift=opts.lift, keep=opts.keep)

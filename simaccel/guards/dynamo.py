@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib
 import logging
 import math
 import re
+import types
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -49,6 +52,7 @@ _REQUIRED_ATTRS: tuple[tuple[str, str], ...] = (
     ("torch._dynamo.callback", "callback_handler.register_end_callback"),
     ("torch._dynamo.callback", "callback_handler.end_callbacks"),
     ("torch._dynamo.pgo", "get_code_state"),
+    ("torch._dynamo.pgo", "CodeId.make"),
     ("torch._dynamo.pgo", "FrameStateSizeEntry"),
     ("torch._dynamo.pgo", "auto_dynamic"),
     ("torch._dynamo.guards", "_get_closure_vars"),
@@ -77,7 +81,6 @@ def assert_supported_torch() -> None:
             f"simaccel.guards.dynamo supports torch {SUPPORTED_TORCH_VERSION}, found "
             f"{torch.__version__}; Dynamo internals used for scalar lifting may have changed. "
             f"Use options={{'lift': 'off'}} or update simaccel/guards/dynamo.py.")
-    import importlib
     for module_name, path in _REQUIRED_ATTRS:
         obj: Any = importlib.import_module(module_name)
         for part in path.split("."):
@@ -86,8 +89,8 @@ def assert_supported_torch() -> None:
                     f"torch internals changed: {module_name}.{path} is missing; "
                     f"simaccel.guards.dynamo must be updated (or use options={{'lift': 'off'}})")
             obj = getattr(obj, part)
-    fields = {f.name for f in dataclasses.fields(_pgo().FrameStateSizeEntry)}
-    if "scalar" not in fields:
+    from torch._dynamo import pgo
+    if "scalar" not in {f.name for f in dataclasses.fields(pgo.FrameStateSizeEntry)}:
         raise SimAccelError("torch internals changed: FrameStateSizeEntry has no 'scalar'")
     from torch._dynamo.exc import RestartAnalysis, TensorifyScalarRestartAnalysis
     if not issubclass(TensorifyScalarRestartAnalysis, RestartAnalysis):
@@ -95,17 +98,15 @@ def assert_supported_torch() -> None:
                             "longer a RestartAnalysis")
 
 
-def _pgo() -> Any:
-    from torch._dynamo import pgo
-    return pgo
-
-
 # ---------------------------------------------------------------- the frame being compiled
 
 def _output_graph() -> Any:
     """The OutputGraph of the frame Dynamo is compiling now (raises if none)."""
     from torch._dynamo.symbolic_convert import InstructionTranslator
-    tx = getattr(InstructionTranslator, "current_tx", lambda: None)()
+    try:
+        tx = InstructionTranslator.current_tx()
+    except AttributeError:  # the thread-local is unset until Dynamo first traces
+        tx = None
     if tx is None:
         raise SimAccelError("simaccel.guards must be called from a backend while Dynamo "
                             "compiles a frame (no frame is being traced)")
@@ -116,11 +117,6 @@ def current_compile_id() -> str:
     """Dynamo's id of the frame compile under way, e.g. ``"0/1"`` (frame 0, 2nd compile)."""
     from torch._guards import CompileContext
     return str(CompileContext.current_compile_id())
-
-
-def is_export() -> bool:
-    """True under ``torch.export``: export forbids adding graph inputs, so nothing is lifted."""
-    return bool(getattr(_output_graph(), "export", False))
 
 
 @dataclass(frozen=True)
@@ -363,6 +359,43 @@ def _tensor_shape_symbols(gm: torch.fx.GraphModule) -> set[Any]:
     return found
 
 
+# ---------------------------------------------------------------- per-code memory
+
+# Root code object of a frame -> (its Dynamo frame state, sources that could not be lifted
+# there with the reason). Later compiles of the frame skip those sources instead of paying
+# for re-traces that would end the same way. Tied to the frame state object so that
+# torch._dynamo.reset(), which drops frame state, forgets it too.
+_UNLIFTABLE: weakref.WeakKeyDictionary[types.CodeType, tuple[Any, dict[str, str]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _root_frame() -> tuple[types.CodeType, Any]:
+    """The root code object of the compile and its Dynamo frame state (``CodeState``)."""
+    from torch._dynamo import pgo
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+    _output_graph()  # raises a clear error outside a compile
+    tx = InstructionTranslator.current_tx()
+    return tx.f_code, pgo.get_code_state()[pgo.CodeId.make(tx.f_code, tx.closure)]
+
+
+def remember_unliftable(reasons: Mapping[str, str]) -> None:
+    """Record, for the frame being compiled, sources that must stay specialized."""
+    if reasons:
+        code, state = _root_frame()
+        ref, known = _UNLIFTABLE.get(code, (None, {}))
+        if ref is None or ref() is not state:
+            known = {}
+        known.update(reasons)
+        _UNLIFTABLE[code] = (weakref.ref(state), known)
+
+
+def unliftable() -> dict[str, str]:
+    """Sources of the frame being compiled found unliftable by an earlier compile."""
+    code, state = _root_frame()
+    ref, known = _UNLIFTABLE.get(code, (None, {}))
+    return dict(known) if ref is not None and ref() is state else {}
+
+
 # ---------------------------------------------------------------- asking for a re-trace
 
 @dataclass
@@ -457,7 +490,7 @@ def _exact_source_regex(name: str) -> str:
 
 def _seed_frame_state(names: Sequence[str], undo: list[Callable[[], None]]) -> None:
     """Mark ``names`` auto-dynamic in the frame state of every code object traced."""
-    pgo = _pgo()
+    from torch._dynamo import pgo
     out = _output_graph()
     traced = {(c.co_filename, c.co_firstlineno, c.co_name)
               for c in out.tracing_context.traced_code}

@@ -34,9 +34,11 @@ MAX_RETRACES = 2
 
 _DEMOTE_REASONS = {
     "shape": "used as a tensor shape/size: lifting it would make shapes dynamic",
-    "specialized": "Dynamo specialized it (range bound, dim, int() or == comparison)",
+    "specialized": "Dynamo specialized it (range bound, dim, int() or == comparison, or an "
+                   "op AOTAutograd cannot tensorify such as pow/clamp/full)",
     "not_lifted": "Dynamo kept it specialized on the re-trace",
 }
+_MAX_PREDICATES_SHOWN = 3
 
 
 def keep_reason(site: ScalarSite) -> str | None:
@@ -89,13 +91,11 @@ def _report_without_lifting(gm: torch.fx.GraphModule, label: str,
 
 def _first_trace(policy: LiftPolicy) -> None:
     """Ask for a re-trace if there is anything to lift (raises), else return."""
+    known_bad = dynamo.unliftable()
     chosen = [s for s in dynamo.value_guard_sites()
-              if keep_reason(s) is None and policy.decide(s.source) is None]
+              if keep_reason(s) is None and policy.decide(s.source) is None
+              and s.source not in known_bad]
     if not chosen:
-        return
-    if dynamo.is_export():
-        log.warning("simaccel: torch.export forbids new graph inputs; %s stay specialized",
-                    ", ".join(s.source for s in chosen))
         return
     before = dynamo.readable_guards(s.source for s in chosen)
     dynamo.request_retrace(chosen, before)
@@ -105,26 +105,42 @@ def _after_retrace(gm: torch.fx.GraphModule, label: str, policy: LiftPolicy,
                    request: RetraceRequest) -> GuardReport:
     """Check the re-traced graph; take back out what must stay specialized (bounded)."""
     outcomes = dynamo.inspect_lifted(gm, request.sites)
-    demote = {n: _demote_reason(o) for n, o in outcomes.items()
-              if o.status in ("shape", "specialized")}
+    demote = {n: o for n, o in outcomes.items() if o.status in ("shape", "specialized")}
+    dynamo.remember_unliftable({n: _DEMOTE_REASONS[o.status] + " (an earlier trace)"
+                                for n, o in demote.items()})
     if demote and request.rounds < MAX_RETRACES:
         remaining = [s for n, s in request.sites.items() if n not in demote]
-        dynamo.request_retrace(remaining, request.before, {**request.demoted, **demote})
+        reasons = {n: _demote_reason(o) for n, o in demote.items()}
+        dynamo.request_retrace(remaining, request.before, {**request.demoted, **reasons})
+    return _report(gm, label, policy, request, outcomes, _final_warnings(request, outcomes))
+
+
+def _final_warnings(request: RetraceRequest,
+                    outcomes: dict[str, LiftOutcome]) -> tuple[str, ...]:
+    """Log and list the sources the last allowed re-trace still could not lift cleanly."""
     warnings = []
     for name, outcome in outcomes.items():
-        if outcome.status in ("shape", "specialized", "not_lifted"):
-            reason = _demote_reason(outcome)
-            request.demoted.setdefault(name, reason)
-            warnings.append(f"{name} could not be lifted: {reason}")
+        if outcome.status not in ("shape", "specialized", "not_lifted"):
+            continue
+        reason = _demote_reason(outcome)
+        request.demoted.setdefault(name, reason)
+        dynamo.remember_unliftable({name: _DEMOTE_REASONS[outcome.status] + " (an earlier trace)"})
+        effect = ("compiled with a symbolic shape" if outcome.status == "shape"
+                  else "stays specialized; a new value recompiles")
+        warnings.append(f"{name} could not be lifted after {request.rounds} re-trace(s): "
+                        f"{reason}; {effect}")
     for text in warnings:
-        log.warning("simaccel: %s; it stays value-guarded (a new value recompiles)", text)
-    return _report(gm, label, policy, request, outcomes, tuple(warnings))
+        log.warning("simaccel: %s", text)
+    return tuple(warnings)
 
 
 def _demote_reason(outcome: LiftOutcome) -> str:
     reason = _DEMOTE_REASONS[outcome.status]
     if outcome.predicates:
-        reason += " [" + ", ".join(outcome.predicates) + "]"
+        shown = list(outcome.predicates[:_MAX_PREDICATES_SHOWN])
+        if len(outcome.predicates) > len(shown):
+            shown.append(f"... {len(outcome.predicates) - len(shown)} more")
+        reason += " [" + ", ".join(shown) + "]"
     return reason
 
 
@@ -178,7 +194,8 @@ def _dropped(request: RetraceRequest | None, names: Iterable[str]) -> list[Dropp
 
 def _kept(policy: LiftPolicy, request: RetraceRequest | None) -> list[KeptGuard]:
     """The frame's remaining value guards, each with the reason it stays."""
-    demoted = request.demoted if request is not None else {}
+    demoted = {} if policy.mode == "off" else {
+        **dynamo.unliftable(), **(request.demoted if request is not None else {})}
     kept = []
     for site in dynamo.value_guard_sites():
         reason = (demoted.get(site.source) or keep_reason(site)

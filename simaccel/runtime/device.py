@@ -7,6 +7,7 @@ they keep resident.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -26,6 +27,7 @@ class Device:
     def __init__(self, config: DeviceConfig | None = None):
         self._lock = threading.RLock()
         self._counters: Counter[str] = Counter()
+        self._programs: weakref.WeakSet[Any] = weakref.WeakSet()
         self.generation = 0
         self._build(config or DeviceConfig())
         #: serialises kernel launches: one compute queue, and numba's default
@@ -50,7 +52,30 @@ class Device:
             self._counters.update({f"dma_prev.{k}": v for k, v in old_dma.items()
                                    if isinstance(v, (int, float))})
 
+    # ------------------------------------------------------------------ programs
+
+    def register_program(self, program: Any) -> None:
+        """Track a program so its workspace can be reclaimed under memory pressure."""
+        with self._lock:
+            self._programs.add(program)
+
+    def release_idle_workspaces(self, keep: Any = None) -> int:
+        """Ask every idle program (but ``keep``) to free its workspace; returns bytes freed."""
+        with self._lock:
+            programs = [p for p in self._programs if p is not keep]
+        freed = sum(p.release_workspace() for p in programs)
+        if freed:
+            self.allocator.empty_cache()
+        return freed
+
     # ------------------------------------------------------------------ counters
+
+    def count_call(self, launches: int) -> None:
+        """Count one program call and its kernel launches (one lock round trip)."""
+        with self._lock:
+            self._counters["calls"] += 1
+            if launches:
+                self._counters["kernel_launches"] += launches
 
     def count(self, key: str, n: int = 1) -> None:
         with self._lock:

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from simaccel.dma import Descriptor
+from simaccel.errors import DeviceOutOfMemoryError
 from simaccel.runtime.device import Device
 from simaccel.runtime.memory import Block
 from simaccel.runtime.planner import MemoryPlan, PlanBuffer, plan_memory
@@ -133,7 +134,10 @@ class Program:
         self._bank_valid = False
         self._resident_inputs: dict[int, str] = {}  # argument index -> buffer
         self._resident_keys: dict[str, Any] = {}
+        self._durations: list[float] = []
+        self._launches_per_call = sum(isinstance(st, LaunchStep) for st in spec.steps)
         self._finalizer = weakref.finalize(self, _free_resident, self._resident)
+        device.register_program(self)
 
     def set_resident_inputs(self, indices: set[int]) -> None:
         """Keep these tensor inputs (parameters, buffers) resident on the device: uploaded
@@ -174,6 +178,8 @@ class Program:
             device.dma.submit(descs)
             device.count("resident_uploads", len(descs))
             device.count("resident_bytes", sum(d.nbytes for d in descs))
+        self._durations = [device.kernel_time_ns(st.flops, st.nbytes)
+                           if isinstance(st, LaunchStep) else 0.0 for st in self.spec.steps]
         self._generation = device.generation
 
     def _bank_views(self) -> dict[str, np.ndarray]:
@@ -195,28 +201,58 @@ class Program:
         with self._lock:
             self._ensure_resident()
             resident_ready = self._upload_resident(args, resident_keys or {})
-            block = device.allocator.malloc(self.plan.total_bytes)
-            try:
-                views = self._views(block)
-                ready = max(resident_ready, self._upload(views, args))
-                end = self._launch_all(views, ready)
-                self._download(views, host_outputs, end)
-            finally:
-                device.allocator.free(block)
-            device.count("calls")
+            views = self._views(self._workspace())
+            ready = max(resident_ready, self._upload(views, args))
+            end = self._launch_all(views, ready)
+            self._download(views, host_outputs, end)
+        device.count_call(self._launches_per_call)
 
-    def _views(self, block: Block) -> dict[str, np.ndarray]:
+    def _workspace(self) -> Block:
+        """The program's workspace block (planned offsets of every per-call buffer).
+
+        Like an XLA executable's temp buffer it is allocated at the first call and kept
+        until the program is garbage collected; under memory pressure the device asks idle
+        programs to give theirs back before it reports out-of-memory."""
+        block = self._resident.get("workspace")
+        if block is None:
+            try:
+                block = self.device.allocator.malloc(self.plan.total_bytes)
+            except DeviceOutOfMemoryError:
+                if not self.device.release_idle_workspaces(keep=self):
+                    raise
+                block = self.device.allocator.malloc(self.plan.total_bytes)
+            self._resident["workspace"] = block
+        return block
+
+    def release_workspace(self) -> int:
+        """Free the workspace if no call is running; returns the bytes released."""
+        if not self._lock.acquire(blocking=False):
+            return 0
+        try:
+            block = self._resident.pop("workspace", None)
+            if block is None:
+                return 0
+            self._resident["allocator"].free(block)
+            self._view_cache.clear()
+            return block.size
+        finally:
+            self._lock.release()
+
+    def _views(self, block: Block) -> dict[str, Any]:
         cached = self._view_cache.get(block.offset)
         if cached is not None:
             return cached
         memory = self.device.memory
-        views = dict(self._resident["views"])
+        views: dict[str, Any] = dict(self._resident["views"])
         views.update(self._bank_views())
         for name, off in self.plan.offsets.items():
             decl = self.spec.buffers[name]
             views[name] = memory.view(block.offset + off, np.dtype(decl.dtype), decl.numel)
-        if len(self._view_cache) > 8:
-            self._view_cache.clear()
+        views[_OUTPUT_VIEWS] = [_output_view(views, out) for out in self.spec.outputs]
+        views[_STEP_ARGS] = [[views[b] for b in step.buffers] + list(step.params)
+                             if isinstance(step, LaunchStep) else None
+                             for step in self.spec.steps]
+        self._view_cache.clear()
         self._view_cache[block.offset] = views
         return views
 
@@ -277,16 +313,15 @@ class Program:
         return self.device.dma.submit(
             [Descriptor(self._bank_host, self._resident["bank"], "const", "constant bank")]).end_ns
 
-    def _launch_all(self, views: dict[str, np.ndarray], ready_ns: float) -> float:
+    def _launch_all(self, views: dict[str, Any], ready_ns: float) -> float:
         device = self.device
+        dma = device.dma
         end = ready_ns
-        for step in self.spec.steps:
-            if isinstance(step, LaunchStep):
+        for step, args, duration in zip(self.spec.steps, views[_STEP_ARGS], self._durations):
+            if args is not None:
                 with device.compute_lock:
-                    step.fn(*[views[b] for b in step.buffers], *step.params)
-                duration = device.kernel_time_ns(step.flops, step.nbytes)
-                end = device.dma.schedule_compute(step.name, duration, end)[1]
-                device.count("kernel_launches")
+                    step.fn(*args)
+                end = dma.schedule_compute(step.name, duration, end)[1]
             else:
                 end = self._run_host(step, views, end)
         return end
@@ -304,19 +339,27 @@ class Program:
         self.device.count("host_fallback_ops")
         return end
 
-    def _download(self, views: dict[str, np.ndarray], host_outputs: list[Any],
+    def _download(self, views: dict[str, Any], host_outputs: list[Any],
                   ready_ns: float) -> None:
-        descs = []
-        for out, host in zip(self.spec.outputs, host_outputs):
-            if out is None or host is None or host.size == 0:
-                continue
-            base = views[out.buffer]
-            item = base.itemsize
-            src = np.lib.stride_tricks.as_strided(
-                base[out.offset:], out.shape, [s * item for s in out.strides], writeable=False)
-            descs.append(Descriptor(src, host, "d2h", out.buffer))
+        descs = [Descriptor(src, host, "d2h", out.buffer)
+                 for out, src, host in zip(self.spec.outputs, views[_OUTPUT_VIEWS], host_outputs)
+                 if src is not None and host is not None and host.size]
         if descs:
             self.device.dma.submit(descs, not_before_ns=ready_ns)
+
+
+_OUTPUT_VIEWS = "__output_views__"
+_STEP_ARGS = "__step_args__"
+
+
+def _output_view(views: dict[str, Any], out: OutputDecl | None) -> np.ndarray | None:
+    """The strided device view a graph output is copied back from."""
+    if out is None:
+        return None
+    base = views[out.buffer]
+    item = base.itemsize
+    return np.lib.stride_tricks.as_strided(base[out.offset:], out.shape,
+                                           [s * item for s in out.strides], writeable=False)
 
 
 def _align(value: int, alignment: int) -> int:
@@ -326,7 +369,8 @@ def _align(value: int, alignment: int) -> int:
 def _free_resident(resident: dict[str, Any]) -> None:
     """Free the resident blocks (at garbage collection or before a re-upload)."""
     allocator = resident.pop("allocator", None)
-    blocks = [resident.pop("block", None), *resident.pop("inputs", [])]
+    blocks = [resident.pop("block", None), resident.pop("workspace", None),
+              *resident.pop("inputs", [])]
     for block in blocks:
         if block is not None and allocator is not None:
             try:
