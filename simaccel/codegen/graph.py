@@ -97,9 +97,12 @@ class LoweredGraph:
 class GraphLowering:
     """Lowers one ATen graph. ``fallback``: "host" or "error"."""
 
-    def __init__(self, gm: torch.fx.GraphModule, fallback: str = "host"):
+    def __init__(self, gm: torch.fx.GraphModule, fallback: str = "host",
+                 scalar_dtypes: dict[int, str] | None = None):
         self.gm = gm
         self.fallback = fallback
+        #: constant-bank dtype of int scalar inputs by placeholder index (int32 slots)
+        self.scalar_dtypes = dict(scalar_dtypes or {})
         self.env: dict[torch.fx.Node, Any] = {}
         self.buffers: dict[str, BufferSpec] = {}
         self.steps: list[Kernel | HostOp] = []
@@ -224,6 +227,8 @@ class GraphLowering:
             return value
         if isinstance(val, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)):
             dtype = _scalar_dtype(val)
+            if dtype == "int64":
+                dtype = self.scalar_dtypes.get(index, dtype)
             value = self.new_tensor((), dtype, kind="scalar")
             self.inputs.append(InputSpec(index, value.layout.buffer, (), dtype, scalar=True))
             return value

@@ -18,14 +18,11 @@ from typing import Any, Callable
 import numpy as np
 
 from simaccel.dma import Descriptor
-from simaccel.errors import DeviceOutOfMemoryError
+from simaccel.errors import DeviceOutOfMemoryError, SimAccelError
+from simaccel.runtime.constbank import ConstantBank
 from simaccel.runtime.device import Device
 from simaccel.runtime.memory import Block
 from simaccel.runtime.planner import MemoryPlan, PlanBuffer, plan_memory
-
-#: bytes per constant-bank slot (every lifted scalar is stored as 8 bytes).
-SLOT_BYTES = 8
-
 
 @dataclass
 class BufferDecl:
@@ -86,6 +83,9 @@ class ProgramSpec:
     constants: dict[str, np.ndarray]
     outputs: list[OutputDecl | None]
     name: str = "graph"
+    #: DMA plan by argument index: True = direct descriptor, False = staged; inputs not
+    #: listed are checked per call.
+    aligned_inputs: dict[int, bool] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
 
 
@@ -130,8 +130,8 @@ class Program:
         self._resident: dict[str, Any] = {}
         self._generation = -1
         self._view_cache: dict[int, dict[str, np.ndarray]] = {}
-        self._bank_host = np.zeros(max(len(spec.scalar_inputs), 1) * SLOT_BYTES, np.uint8)
-        self._bank_valid = False
+        self._bank = ConstantBank([(i, n, np.dtype(spec.buffers[n].dtype))
+                                   for i, n in spec.scalar_inputs])
         self._resident_inputs: dict[int, str] = {}  # argument index -> buffer
         self._resident_keys: dict[str, Any] = {}
         self._durations: list[float] = []
@@ -160,7 +160,7 @@ class Program:
         self._view_cache.clear()
         self._resident_keys.clear()
         nbytes = sum(self.spec.buffers[n].nbytes for n in self.spec.constants)
-        nbytes += self._bank_host.nbytes + device.config.alignment * (len(self.spec.constants) + 1)
+        nbytes += self._bank.nbytes + device.config.alignment * (len(self.spec.constants) + 1)
         block = device.allocator.malloc(nbytes)
         self._resident.update(allocator=device.allocator, block=block, views={}, inputs=[])
         offset = block.offset
@@ -172,8 +172,8 @@ class Program:
             descs.append(Descriptor(np.ascontiguousarray(host).reshape(-1), view, "h2d", name))
             offset = _align(offset + decl.nbytes, device.config.alignment)
         self._resident["bank"] = device.memory.view(offset, np.dtype(np.uint8),
-                                                     self._bank_host.nbytes)
-        self._bank_valid = False
+                                                     self._bank.nbytes)
+        self._bank.valid = False
         if descs:
             device.dma.submit(descs)
             device.count("resident_uploads", len(descs))
@@ -183,12 +183,7 @@ class Program:
         self._generation = device.generation
 
     def _bank_views(self) -> dict[str, np.ndarray]:
-        bank = self._resident["bank"]
-        views = {}
-        for slot, (_, name) in enumerate(self.spec.scalar_inputs):
-            dtype = np.dtype(self.spec.buffers[name].dtype)
-            views[name] = bank[slot * SLOT_BYTES: slot * SLOT_BYTES + dtype.itemsize].view(dtype)
-        return views
+        return self._bank.views(self._resident["bank"])
 
     # ------------------------------------------------------------------ per call
 
@@ -258,18 +253,31 @@ class Program:
 
     def _upload(self, views: dict[str, np.ndarray], args: list[Any]) -> float:
         """DMA tensor inputs (one scatter-gather submit) and the constant bank."""
-        dma = self.device.dma
         descs = []
         for index, name in self.spec.tensor_inputs:
             if index in self._resident_inputs:
                 continue
             host = args[index]
             dst = views[name].reshape(host.shape) if host.size else views[name][:0]
-            descs.append(Descriptor(host if host.size else host.reshape(-1), dst, "h2d", name))
-        end = dma.submit(descs).end_ns if descs else 0.0
+            descs.append(self._input_descriptor(index, name, host, dst))
+        end = self.device.dma.submit(descs).end_ns if descs else 0.0
         if self.spec.scalar_inputs:
             end = max(end, self._upload_bank(args))
         return end
+
+    def _input_descriptor(self, index: int, name: str, host: np.ndarray,
+                          dst: np.ndarray) -> Descriptor:
+        """A direct descriptor for an input aligned to ``DeviceConfig.alignment``, a staged
+        one (through a bounce buffer) otherwise, as the program's DMA plan says."""
+        aligned = host.ctypes.data % self.device.config.alignment == 0
+        planned = self.spec.aligned_inputs.get(index)
+        if planned is not None and planned != aligned:
+            raise SimAccelError(
+                f"input {index} ({name}) was compiled for a {'direct' if planned else 'staged'} "
+                f"DMA but is {'' if aligned else 'mis'}aligned now; the alignment guard should "
+                f"have recompiled this graph (please report this)")
+        src = host if host.size else host.reshape(-1)
+        return Descriptor(src, dst, "h2d", name, staged=not aligned)
 
     def _upload_resident(self, args: list[Any], keys: dict[int, Any]) -> float:
         """Upload resident inputs whose key changed (first call, in-place update, new
@@ -281,7 +289,7 @@ class Program:
                 continue
             view = self._resident_view(name)
             host = args[index]
-            descs.append(Descriptor(host, view.reshape(host.shape), "h2d", name))
+            descs.append(self._input_descriptor(index, name, host, view.reshape(host.shape)))
             self._resident_keys[name] = key
         if not descs:
             return 0.0
@@ -301,17 +309,10 @@ class Program:
 
     def _upload_bank(self, args: list[Any]) -> float:
         """Pack the scalars; one ``const`` transfer only when a value changed."""
-        packed = np.zeros_like(self._bank_host)
-        for slot, (index, name) in enumerate(self.spec.scalar_inputs):
-            dtype = np.dtype(self.spec.buffers[name].dtype)
-            value = np.asarray(args[index], dtype=dtype).reshape(1)
-            packed[slot * SLOT_BYTES: slot * SLOT_BYTES + dtype.itemsize] = value.view(np.uint8)
-        if self._bank_valid and np.array_equal(packed, self._bank_host):
+        if not self._bank.pack(args):
             return 0.0
-        self._bank_host[:] = packed
-        self._bank_valid = True
         return self.device.dma.submit(
-            [Descriptor(self._bank_host, self._resident["bank"], "const", "constant bank")]).end_ns
+            [Descriptor(self._bank.host, self._resident["bank"], "const", "constant bank")]).end_ns
 
     def _launch_all(self, views: dict[str, Any], ready_ns: float) -> float:
         device = self.device

@@ -132,3 +132,19 @@ def test_configure_rejects_nonsense_and_restores():
     with simaccel.configure(dma_channels=2) as cfg:
         assert cfg.dma_channels == 2
     assert simaccel.get_device().config == before
+
+
+def test_misaligned_input_takes_the_staging_path_aligned_the_direct_one():
+    device = simaccel.get_device()
+    base = torch.randn(1025)
+    aligned, misaligned = base[:1024], base[1:]  # the view at a 4-byte offset
+    assert aligned.data_ptr() % device.config.alignment == 0
+    assert misaligned.data_ptr() % device.config.alignment != 0
+    for x, staged in ((aligned, 0), (misaligned, 1)):
+        torch._dynamo.reset()
+        device.reset_stats()
+        out = torch.compile(lambda t: t * 2 + 1, backend="simaccel")(x)
+        torch.testing.assert_close(out, x * 2 + 1)
+        dma = device.dma_stats()
+        assert dma["staged.transfers"] == staged
+        assert dma["h2d.bytes"] == x.numel() * 4

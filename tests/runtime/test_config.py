@@ -36,7 +36,7 @@ def test_wrong_types_and_non_finite_rejected(field, value):
 
 def test_valid_configs_and_replace():
     cfg = DeviceConfig()
-    assert cfg.alignment == 256 and cfg.dma_channels == 4
+    assert cfg.alignment == 64 and cfg.dma_channels == 4
     zero_ok = DeviceConfig(dma_latency_ns=0.0, kernel_launch_ns=0.0, const_bank_bytes=0)
     assert zero_ok.dma_latency_ns == 0.0
     small = cfg.replace(memory_bytes=64 << 20, alignment=64)

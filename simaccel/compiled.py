@@ -1,0 +1,118 @@
+"""The callable a compiled graph becomes: host tensors in, device program, host tensors out."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx
+import torch.nn as nn
+
+from simaccel.codegen.compile import STORAGE_DTYPES
+from simaccel.runtime.program import Program
+
+
+class CompiledGraph:
+    """The callable AOTAutograd runs for one forward or backward graph (boxed calling
+    convention: it receives the argument list and clears it)."""
+
+    _boxed_call = True
+
+    def __init__(self, program: Program, output_meta: list[Any], scalar_outputs: dict[int, Any]):
+        self.program = program
+        self.output_meta = output_meta
+        self.scalar_outputs = scalar_outputs
+        self.resident: set[int] | None = None
+
+    def __call__(self, args: list[Any]) -> list[Any]:
+        if self.resident is None:
+            # Parameters and buffers stay on the device between calls.
+            self.resident = {i for i, a in enumerate(args) if isinstance(a, nn.Parameter)
+                             or getattr(a, "_is_param", False)}
+            self.program.set_resident_inputs(self.resident)
+        keys = {i: _content_key(args[i]) for i in self.resident}
+        host_args = [_host_array(a) for a in args]
+        outputs = [_empty_like_meta(m) for m in self.output_meta]
+        self.program.run(host_args, [_numpy_view(o) for o in outputs], keys)
+        for index, value in self.scalar_outputs.items():
+            outputs[index] = value(args) if callable(value) else value
+        args.clear()
+        return outputs
+
+
+def _content_key(t: torch.Tensor) -> tuple:
+    """Identifies a tensor's current contents: the same object, storage and version
+    counter means the device copy is still valid (an in-place update bumps the version)."""
+    return (id(t), t.data_ptr(), t._version, tuple(t.shape), tuple(t.stride()))
+
+
+def _host_array(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        t = value.detach()
+        if t.device.type != "cpu":
+            raise TypeError(f"simaccel takes CPU tensors as host inputs, got {t.device}")
+        if t.is_conj() or t.is_neg():
+            t = t.resolve_conj().resolve_neg()
+        if str(t.dtype).replace("torch.", "") in STORAGE_DTYPES:
+            t = t.view(torch.int16)
+        return t.numpy()
+    return value
+
+
+def _empty_like_meta(meta: Any) -> Any:
+    if not isinstance(meta, torch.Tensor):
+        return None
+    shape = [int(s) for s in meta.shape]
+    try:
+        stride = [int(s) for s in meta.stride()]
+        if _dense_strides(shape, stride):
+            return torch.empty_strided(shape, stride, dtype=meta.dtype)
+    except Exception:  # strides unavailable (e.g. symbolic): contiguous is always valid
+        pass
+    return torch.empty(shape, dtype=meta.dtype)
+
+
+def _dense_strides(shape: list[int], stride: list[int]) -> bool:
+    """True if (shape, stride) covers exactly prod(shape) elements without overlap."""
+    dims = sorted((s, n) for s, n in zip(stride, shape) if n != 1)
+    expected = 1
+    for s, n in dims:
+        if s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _numpy_view(t: Any) -> np.ndarray | None:
+    if t is None:
+        return None
+    if str(t.dtype).replace("torch.", "") in STORAGE_DTYPES:
+        return t.view(torch.int16).numpy()
+    return t.numpy()
+
+
+def scalar_outputs(gm: torch.fx.GraphModule) -> dict[int, Any]:
+    """Outputs that are Python values (ints, SymInts, None), not tensors."""
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    flat = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    result: dict[int, Any] = {}
+    for index, node in enumerate(flat):
+        meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else node
+        if isinstance(meta, torch.Tensor):
+            continue
+        if isinstance(node, torch.fx.Node) and node in placeholders:
+            pos = placeholders.index(node)
+            result[index] = lambda args, pos=pos: args[pos]
+        elif isinstance(meta, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            result[index] = _concrete(meta)
+        else:
+            result[index] = meta
+    return result
+
+
+def _concrete(value: Any) -> Any:
+    node = getattr(value, "node", None)
+    if node is not None and hasattr(node, "hint") and node.hint is not None:
+        return node.hint
+    return value

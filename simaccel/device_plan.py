@@ -1,0 +1,69 @@
+"""Compile-time facts a compiled graph's DMA and constant-bank plans specialise on.
+
+* A host tensor input whose data pointer is aligned to ``DeviceConfig.alignment`` is
+  copied by one direct descriptor; a misaligned one goes through a staging buffer.
+* A lifted int that fits 32 bits gets a 4-byte constant-bank slot, else 8 bytes.
+
+The backend guards both (see :mod:`simaccel.guards`), so a change recompiles instead of
+running a plan made for other inputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+@dataclass
+class DevicePlan:
+    """Facts by position in the frame's ``example_inputs``."""
+
+    aligned: dict[int, bool] = field(default_factory=dict)
+    int_dtypes: dict[int, str] = field(default_factory=dict)
+
+    def shifted(self, offset: int) -> "DevicePlan":
+        """The same facts for a graph whose inputs start ``offset`` positions later
+        (AOTAutograd puts a module's own parameters first)."""
+        return DevicePlan({i + offset: v for i, v in self.aligned.items()},
+                          {i + offset: v for i, v in self.int_dtypes.items()})
+
+
+def int_slot_dtype(value: int) -> str:
+    return "int32" if INT32_MIN <= value <= INT32_MAX else "int64"
+
+
+def _hint(value: Any) -> int | None:
+    node = getattr(value, "node", None)
+    hint = getattr(node, "hint", None)
+    return int(hint) if hint is not None else None
+
+
+def frame_device_plan(example_inputs: list[Any], alignment: int) -> DevicePlan:
+    """Alignment of each real tensor input and the slot width of each SymInt input."""
+    plan = DevicePlan()
+    for index, value in enumerate(example_inputs):
+        if isinstance(value, torch.Tensor) and not _is_fake(value):
+            plan.aligned[index] = value.data_ptr() % alignment == 0
+        elif isinstance(value, torch.SymInt):
+            hint = _hint(value)
+            if hint is not None:
+                plan.int_dtypes[index] = int_slot_dtype(hint)
+    return plan
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    return type(t).__name__ == "FakeTensor" or t.device.type == "meta"
+
+
+def plan_for_graph(plan: DevicePlan, frame_gm: torch.fx.GraphModule, graph: torch.fx.GraphModule,
+                   frame_inputs: int) -> DevicePlan | None:
+    """``plan`` re-indexed for an AOTAutograd forward graph, or None when its inputs do not
+    line up with the frame's (then the runtime decides per call)."""
+    offset = sum(1 for _ in frame_gm.parameters()) + sum(1 for _ in frame_gm.buffers())
+    placeholders = sum(1 for n in graph.graph.nodes if n.op == "placeholder")
+    if placeholders != offset + frame_inputs:
+        return None
+    return plan.shifted(offset)
