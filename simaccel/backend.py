@@ -60,20 +60,23 @@ _GRAPH_IDS = itertools.count()
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: Options,
                   kind: str, guard_report: Any = None,
-                  plan: DevicePlan | None = None) -> CompiledGraph:
+                  device_plan: DevicePlan | None = None) -> CompiledGraph:
     """Lower, compile and load one ATen graph onto the device. ``plan``: the frame's
-    alignment and slot-width facts, indexed by this graph's inputs (forward only)."""
+    alignment, slot-width and parameter facts, indexed by this graph's inputs
+    (forward only)."""
     start = time.perf_counter()
     device = get_device()
     name = f"graph{next(_GRAPH_IDS)}_{kind}"
     # AOTAutograd calls us under its FakeTensorMode; graph constants are real tensors.
     with unset_fake_temporarily():
-        scalar_dtypes = plan.int_dtypes if plan is not None else {}
+        scalar_dtypes = device_plan.int_dtypes if device_plan is not None else {}
         lowered = GraphLowering(gm, options.fallback, scalar_dtypes).run(list(example_inputs))
         result = assemble(lowered, device, name)
-    if plan is not None:
-        result.spec.aligned_inputs = dict(plan.aligned)
+    if device_plan is not None:
+        result.spec.aligned_inputs = dict(device_plan.aligned)
     program = Program(device, result.spec)
+    if device_plan is not None:
+        program.set_resident_inputs(device_plan.resident)
     device.count("graphs_compiled")
     plan = program.plan
     report = CompileReport(
@@ -85,7 +88,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
         ops=sum(1 for n in gm.graph.nodes if n.op == "call_function"))
     add_report(report)
     log.debug("%s", report)
-    return CompiledGraph(program, lowered.output_meta, scalar_outputs(gm))
+    return CompiledGraph(program, lowered.output_meta, scalar_outputs(gm),
+                         resident=device_plan.resident if device_plan is not None else None)
 
 
 def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
@@ -108,5 +112,6 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
 
 def _prepare_guards(gm: torch.fx.GraphModule, example_inputs: list[Any], opts: Options) -> Any:
     """Scalar lifting and backend guards (see :mod:`simaccel.guards`). On a frame's first
-    trace this raises Dynamo's restart exception: Dynamo re-traces the frame at once."""
-    return prepare_frame(gm, example_inputs, opts)
+    trace this raises Dynamo's restart exception: Dynamo re-traces the frame at once.
+    The report's ``device_plan`` holds the per-input facts the device guards pin."""
+    return prepare_frame(gm, example_inputs, opts, device=get_device())

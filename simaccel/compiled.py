@@ -18,11 +18,13 @@ class CompiledGraph:
 
     _boxed_call = True
 
-    def __init__(self, program: Program, output_meta: list[Any], scalar_outputs: dict[int, Any]):
+    def __init__(self, program: Program, output_meta: list[Any], scalar_outputs: dict[int, Any],
+                 resident: set[int] | None = None):
         self.program = program
         self.output_meta = output_meta
         self.scalar_outputs = scalar_outputs
-        self.resident: set[int] | None = None
+        #: argument indices kept resident (parameters); None: detect at the first call
+        self.resident: set[int] | None = resident
 
     def __call__(self, args: list[Any]) -> list[Any]:
         if self.resident is None:

@@ -23,12 +23,15 @@ class DevicePlan:
 
     aligned: dict[int, bool] = field(default_factory=dict)
     int_dtypes: dict[int, str] = field(default_factory=dict)
+    #: parameters: kept resident on the device between calls
+    resident: set[int] = field(default_factory=set)
 
     def shifted(self, offset: int) -> "DevicePlan":
         """The same facts for a graph whose inputs start ``offset`` positions later
         (AOTAutograd puts a module's own parameters first)."""
         return DevicePlan({i + offset: v for i, v in self.aligned.items()},
-                          {i + offset: v for i, v in self.int_dtypes.items()})
+                          {i + offset: v for i, v in self.int_dtypes.items()},
+                          {i + offset for i in self.resident})
 
 
 def int_slot_dtype(value: int) -> str:
@@ -47,6 +50,8 @@ def frame_device_plan(example_inputs: list[Any], alignment: int) -> DevicePlan:
     for index, value in enumerate(example_inputs):
         if isinstance(value, torch.Tensor) and not _is_fake(value):
             plan.aligned[index] = value.data_ptr() % alignment == 0
+            if isinstance(value, torch.nn.Parameter):
+                plan.resident.add(index)
         elif isinstance(value, torch.SymInt):
             hint = _hint(value)
             if hint is not None:
