@@ -5,6 +5,7 @@ Registered under the ``torch_dynamo_backends`` entry point, so
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -47,7 +48,9 @@ _EXTRA_DECOMPS = [
 ]
 
 
+@functools.lru_cache(maxsize=1)
 def decompositions() -> dict[Any, Callable[..., Any]]:
+    """The decomposition table AOTAutograd applies (built once: it takes ~50 ms)."""
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA_DECOMPS))
     for op in (aten.var_mean.correction, aten.std.correction):

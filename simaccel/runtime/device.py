@@ -18,7 +18,7 @@ from simaccel.runtime.memory import CachingAllocator, DeviceMemory
 #: runtime counters that always appear in runtime_stats(), even when zero.
 RUNTIME_KEYS = ("kernel_launches", "host_fallback_ops", "graphs_compiled", "kernels_compiled",
                 "kernel_cache_hits", "kernel_memory_hits", "calls", "resident_uploads",
-                "resident_bytes")
+                "resident_bytes", "kernel_wall_ns")
 
 
 class Device:
@@ -70,12 +70,14 @@ class Device:
 
     # ------------------------------------------------------------------ counters
 
-    def count_call(self, launches: int) -> None:
-        """Count one program call and its kernel launches (one lock round trip)."""
+    def count_call(self, launches: int, kernel_wall_ns: int = 0) -> None:
+        """Count one program call, its kernel launches and the host wall time its kernels
+        took (ns; what the kernels cost on this machine, DMA excluded)."""
         with self._lock:
             self._counters["calls"] += 1
             if launches:
                 self._counters["kernel_launches"] += launches
+                self._counters["kernel_wall_ns"] += kernel_wall_ns
 
     def count(self, key: str, n: int = 1) -> None:
         with self._lock:

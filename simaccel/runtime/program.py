@@ -11,6 +11,7 @@ This module knows nothing of torch: buffers are numpy arrays over device memory.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -135,6 +136,7 @@ class Program:
         self._resident_inputs: dict[int, str] = {}  # argument index -> buffer
         self._resident_keys: dict[str, Any] = {}
         self._durations: list[float] = []
+        self._kernel_wall_ns = 0
         self._launches_per_call = sum(isinstance(st, LaunchStep) for st in spec.steps)
         self._finalizer = weakref.finalize(self, _free_resident, self._resident)
         device.register_program(self)
@@ -200,7 +202,7 @@ class Program:
             ready = max(resident_ready, self._upload(views, args))
             end = self._launch_all(views, ready)
             self._download(views, host_outputs, end)
-        device.count_call(self._launches_per_call)
+        device.count_call(self._launches_per_call, self._kernel_wall_ns)
 
     def _workspace(self) -> Block:
         """The program's workspace block (planned offsets of every per-call buffer).
@@ -318,13 +320,17 @@ class Program:
         device = self.device
         dma = device.dma
         end = ready_ns
+        wall = 0
         for step, args, duration in zip(self.spec.steps, views[_STEP_ARGS], self._durations):
             if args is not None:
                 with device.compute_lock:
+                    t0 = time.perf_counter_ns()
                     step.fn(*args)
+                    wall += time.perf_counter_ns() - t0
                 end = dma.schedule_compute(step.name, duration, end)[1]
             else:
                 end = self._run_host(step, views, end)
+        self._kernel_wall_ns = wall
         return end
 
     def _run_host(self, step: HostStep, views: dict[str, np.ndarray], ready_ns: float) -> float:
