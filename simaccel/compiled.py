@@ -22,6 +22,8 @@ class CompiledGraph:
                  resident: set[int] | None = None):
         self.program = program
         self.output_meta = output_meta
+        #: (shape, stride, dtype) of each tensor output, None for Python values
+        self._out_specs = [_output_spec(m) for m in output_meta]
         self.scalar_outputs = scalar_outputs
         #: argument indices kept resident (parameters); None: detect at the first call
         self.resident: set[int] | None = resident
@@ -32,9 +34,10 @@ class CompiledGraph:
             self.resident = {i for i, a in enumerate(args) if isinstance(a, nn.Parameter)
                              or getattr(a, "_is_param", False)}
             self.program.set_resident_inputs(self.resident)
-        keys = {i: _content_key(args[i]) for i in self.resident}
+        keys = {i: _content_key(args[i]) for i in self.resident} if self.resident else None
         host_args = [_host_array(a) for a in args]
-        outputs = [_empty_like_meta(m) for m in self.output_meta]
+        outputs = [None if spec is None else torch.empty_strided(spec[0], spec[1], dtype=spec[2])
+                   for spec in self._out_specs]
         self.program.run(host_args, [_numpy_view(o) for o in outputs], keys)
         for index, value in self.scalar_outputs.items():
             outputs[index] = value(args) if callable(value) else value
@@ -51,6 +54,8 @@ def _content_key(t: torch.Tensor) -> tuple:
 def _host_array(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         t = value.detach()
+        if t.dtype in _NUMPY_DTYPES and t.device.type == "cpu" and not (t.is_conj() or t.is_neg()):
+            return t.numpy()  # the common case, kept short: this runs for every input
         if t.device.type != "cpu":
             raise TypeError(f"simaccel takes CPU tensors as host inputs, got {t.device}")
         if t.is_conj() or t.is_neg():
@@ -61,17 +66,28 @@ def _host_array(value: Any) -> Any:
     return value
 
 
-def _empty_like_meta(meta: Any) -> Any:
+_NUMPY_DTYPES = {torch.float32, torch.float64, torch.int32, torch.int64, torch.bool,
+                 torch.int8, torch.uint8, torch.int16, torch.float16, torch.complex64,
+                 torch.complex128}
+
+
+def _output_spec(meta: Any) -> tuple | None:
+    """(shape, stride, dtype) to allocate a host output like eager's (its strides when they
+    are dense, contiguous otherwise)."""
     if not isinstance(meta, torch.Tensor):
         return None
-    shape = [int(s) for s in meta.shape]
+    shape = tuple(int(s) for s in meta.shape)
     try:
-        stride = [int(s) for s in meta.stride()]
-        if _dense_strides(shape, stride):
-            return torch.empty_strided(shape, stride, dtype=meta.dtype)
+        stride = tuple(int(s) for s in meta.stride())
+        if _dense_strides(list(shape), list(stride)):
+            return shape, stride, meta.dtype
     except Exception:  # strides unavailable (e.g. symbolic): contiguous is always valid
         pass
-    return torch.empty(shape, dtype=meta.dtype)
+    contiguous, acc = [], 1
+    for size in reversed(shape):
+        contiguous.append(acc)
+        acc *= max(size, 1)
+    return shape, tuple(reversed(contiguous)), meta.dtype
 
 
 def _dense_strides(shape: list[int], stride: list[int]) -> bool:
@@ -88,6 +104,8 @@ def _dense_strides(shape: list[int], stride: list[int]) -> bool:
 def _numpy_view(t: Any) -> np.ndarray | None:
     if t is None:
         return None
+    if t.dtype in _NUMPY_DTYPES:
+        return t.numpy()
     if str(t.dtype).replace("torch.", "") in STORAGE_DTYPES:
         return t.view(torch.int16).numpy()
     return t.numpy()

@@ -119,17 +119,18 @@ class DmaEngine:
     def submit(self, descriptors: Iterable[Descriptor], *, not_before_ns: float = 0.0
                ) -> Completion:
         """Copy every descriptor now and schedule them on the channels; see module doc."""
-        descs = list(descriptors)
+        descs = descriptors if isinstance(descriptors, list) else list(descriptors)
         for d in descs:
-            if not isinstance(d, Descriptor):
+            if type(d) is not Descriptor and not isinstance(d, Descriptor):
                 raise TypeError(f"submit() takes Descriptor objects, got {type(d).__name__}")
-        with self._lock:
-            timings = tuple(self._run_one(d, not_before_ns) for d in descs)
-            self._count_submit(descs, timings)
-        if not timings:
+        if not descs:
             return Completion(float(not_before_ns), float(not_before_ns))
-        return Completion(min(t.start_ns for t in timings),
-                          max(t.end_ns for t in timings), timings)
+        with self._lock:
+            timings = [self._run_one(d, not_before_ns) for d in descs]
+            self._count_submit(descs, timings)
+        start = min(t.start_ns for t in timings) if len(timings) > 1 else timings[0].start_ns
+        end = max(t.end_ns for t in timings) if len(timings) > 1 else timings[0].end_ns
+        return Completion(start, end, tuple(timings))
 
     def _run_one(self, desc: Descriptor, not_before_ns: float) -> DescriptorTiming:
         channel = self._next_channel
@@ -140,31 +141,32 @@ class DmaEngine:
         start, end = self._clock.reserve(self._tracks[channel],
                                          self.latency_ns + nbytes / self.bandwidth_gbps,
                                          not_before_ns)
-        args: dict[str, Any] = {"bytes": nbytes, "kind": desc.kind, "bursts": bursts,
+        kind = desc.kind
+        args: dict[str, Any] = {"bytes": nbytes, "kind": kind, "bursts": bursts,
                                 "channel": channel}
         if desc.staged:
             args["staged"] = True
-        if desc.strided:
+        if not desc.src.flags.c_contiguous:
             args["src_shape"] = list(desc.src_shape)
             args["src_strides"] = list(desc.src_strides)
-        name = f"{desc.kind} {desc.label}" if desc.label else desc.kind
-        self._trace.record(TraceEvent(name, desc.kind, channel, start, end - start, args))
+        name = kind + " " + desc.label if desc.label else kind
+        self._trace.record(TraceEvent(name, kind, channel, start, end - start, args))
         return DescriptorTiming(desc, channel, start, end, bursts)
 
-    def _count_submit(self, descs: list[Descriptor],
-                      timings: tuple[DescriptorTiming, ...]) -> None:
+    def _count_submit(self, descs: list[Descriptor], timings: list[DescriptorTiming]) -> None:
         # A "transfer" is one submit per kind: 3 h2d descriptors in one submit = 1 transfer.
         st = self._stats
-        kinds: set[str] = set()
+        first_kind = descs[0].kind
+        mixed = False
         staged = False
         for d in descs:
             nbytes = d.nbytes
             st[d.kind + ".bytes"] += nbytes
-            kinds.add(d.kind)
+            mixed = mixed or d.kind != first_kind
             if d.staged:
                 st["staged.bytes"] += nbytes
                 staged = True
-        for kind in kinds:
+        for kind in ({d.kind for d in descs} if mixed else (first_kind,)):
             st[kind + ".transfers"] += 1
         if staged:
             st["staged.transfers"] += 1

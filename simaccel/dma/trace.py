@@ -42,9 +42,10 @@ class TraceRecorder:
 
     def record(self, event: TraceEvent) -> None:
         """Append an event, dropping the oldest when the ring is full."""
-        if len(self._events) == self._events.maxlen:
+        events = self._events
+        if len(events) == events.maxlen:
             self.dropped += 1
-        self._events.append(event)
+        events.append(event)
 
     def events(self) -> list[TraceEvent]:
         """The retained events, oldest first."""
