@@ -1,36 +1,14 @@
-"""Workloads shared by the benchmark suites and ``simaccel bench``."""
+"""The benchmark workloads live in :mod:`simaccel.bench.workloads` (``simaccel bench``
+runs them too); re-exported here for the pytest-benchmark suites."""
 from __future__ import annotations
 
-import torch
-import torch.nn as nn
+import os
 
-#: backends compared side by side in one run; "eager" is plain PyTorch without Dynamo.
-BACKENDS = ("eager", "dynamo_eager", "aot_eager", "inductor", "simaccel")
+from simaccel.bench.workloads import (  # noqa: F401
+    KERNEL_WORKLOADS, SCALAR_SCENARIOS, chain8, mlp, mlp3, row_reductions, tiny,
+)
+from simaccel.bench import BACKENDS  # noqa: F401
+from simaccel.bench.measure import compile_for  # noqa: F401
 
-
-def compile_for(fn, backend: str, dynamic: bool | None = None):
-    """``fn`` compiled by ``backend`` (plain ``fn`` for "eager")."""
-    if backend == "eager":
-        return fn
-    name = "eager" if backend == "dynamo_eager" else backend
-    return torch.compile(fn, backend=name, dynamic=dynamic)
-
-
-def chain8(x: torch.Tensor) -> torch.Tensor:
-    """Eight pointwise ops: one fused kernel on simaccel."""
-    return ((((x * 2.0 + 1.0).sin() - 0.5).abs().sqrt() * 3.0).tanh() + 1.0).relu()
-
-
-def row_reductions(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    return x.sum(-1), x.amax(-1), x.mean(-1)
-
-
-def mlp3(d_in: int = 256, hidden: int = 512, d_out: int = 64) -> nn.Module:
-    return nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
-                         nn.ReLU(), nn.Linear(hidden, d_out)).eval()
-
-
-KERNEL_WORKLOADS = {
-    "chain8_4M": (chain8, lambda: (torch.randn(4 << 20),)),
-    "row_reductions_4096x1024": (row_reductions, lambda: (torch.randn(4096, 1024),)),
-}
+#: ``SIMACCEL_BENCH_QUICK=1``: tiny sizes, compile-time runs for simaccel only (smoke test).
+QUICK = os.environ.get("SIMACCEL_BENCH_QUICK", "") not in ("", "0")

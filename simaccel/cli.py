@@ -1,4 +1,4 @@
-"""The ``simaccel`` command: ``simaccel demo``.
+"""The ``simaccel`` command: ``simaccel demo`` and ``simaccel bench``.
 
 Errors in the command line (unknown subcommand, unwritable path) print one clear
 line and exit with status 2.
@@ -13,20 +13,72 @@ from typing import Sequence
 
 def _writable_path(path: str) -> str:
     folder = os.path.dirname(os.path.abspath(path)) or "."
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"cannot write {path}: it is a directory")
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise argparse.ArgumentTypeError(f"cannot write {path}: {folder} is not a writable directory")
     return path
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (no usage block) and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _backend_list(text: str) -> list[str]:
+    from simaccel.bench import BACKENDS
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BACKENDS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown backend(s) {unknown or [text]}; choose from {', '.join(BACKENDS)}")
+    return names
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
+def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
+    bench = sub.add_parser("bench", help="recompile latency, steady call, compile time, "
+                           "kernel throughput and guard overhead of every backend in one run")
+    bench.add_argument("--quick", action="store_true",
+                       help="tiny kernel sizes, fewer samples, no inductor (under 2 minutes)")
+    bench.add_argument("--backends", type=_backend_list, default=None,
+                       help="comma-separated backends (default: eager, dynamo_eager, aot_eager, "
+                       "inductor, simaccel; inductor left out with --quick)")
+    bench.add_argument("--scenarios", default=None,
+                       help="comma-separated substrings of scenario ids, e.g. "
+                       "'steady,scalar/float_arg,compile' (default: all)")
+    bench.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+                       help="compute threads for torch and numba (default: their defaults)")
+    bench.add_argument("--json", type=_writable_path, default=None, metavar="PATH",
+                       help="write every figure (seconds) and the targets as JSON")
+    bench.add_argument("--plot", type=_writable_path, default=None, metavar="PATH",
+                       help="write a PNG (needs matplotlib: pip install 'simaccel[bench]')")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="simaccel", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="simaccel", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="generate tokens with a small transformer LM whose "
                           "sampling temperature and logit scale change every step")
     demo.add_argument("--steps", type=int, default=12, help="tokens to generate (default 12)")
     demo.add_argument("--trace", type=_writable_path, default="simaccel_demo_trace.json",
                       help="Chrome trace of the simulated device (default %(default)s)")
+    _add_bench_parser(sub)
     return parser
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from simaccel.bench.command import run_bench_command
+    return run_bench_command(quick=args.quick, backends=args.backends,
+                             scenarios=args.scenarios, json_path=args.json, plot_path=args.plot,
+                             threads=args.threads)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,6 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from simaccel.demo import run_demo
         return run_demo(steps=args.steps, trace_path=args.trace)
+    if args.command == "bench":
+        return _bench(args)
     return 2
 
 

@@ -22,6 +22,7 @@ if _ROOT not in sys.path:
 
 import torch  # noqa: E402
 import torch._dynamo  # noqa: E402
+from torch._dynamo.utils import counters  # noqa: E402
 from torch.utils._pytree import keystr, tree_flatten_with_path, tree_map  # noqa: E402
 
 import simaccel  # noqa: E402
@@ -65,15 +66,12 @@ class CheckResult:
 
 
 def _clone(value: Any) -> Any:
-    """Copy tensors preserving their strides (so eager sees the same layouts)."""
+    """Copy tensors preserving their strides (so eager sees the same layouts).
+    Expanded (stride-0) tensors are passed as they are: they cannot be written to."""
     def copy(t: Any) -> Any:
-        if not isinstance(t, torch.Tensor):
+        if not isinstance(t, torch.Tensor) or 0 in t.stride():
             return t
-        out = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype)
-        if t.numel():
-            # a stride-0 (expanded) input cannot be copied into elementwise; rebuild it
-            out = t.clone() if 0 in t.stride() else out.copy_(t)
-        return out
+        return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype).copy_(t)
     return tree_map(copy, value)
 
 
@@ -102,16 +100,19 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
 def check(fn: Callable[..., Any], *args: Any, rtol: float = POINTWISE_TOL["rtol"],
           atol: float = POINTWISE_TOL["atol"], expect_fallback: bool = False,
-          fallback_reason: str | None = None, device_work: bool | None = None) -> CheckResult:
+          fallback_reason: str | None = None, device_work: bool | None = None,
+          graphs: int = 1) -> CheckResult:
     """Compile ``fn`` with simaccel, run it on ``args`` and compare with eager.
 
     Asserts: every output leaf has eager's dtype, shape and values (``assert_close``
     with ``rtol``/``atol`` and ``equal_nan``); kernels launched and DMA moved bytes when
     the graph has device work (by default: some output has elements); no host
     fallback unless ``expect_fallback``, in which case one happened and, if given,
-    ``fallback_reason`` is in the reason of the last report's fallbacks.
+    ``fallback_reason`` is in the reason of the last report's fallbacks; Dynamo made
+    ``graphs`` graphs (1: no graph break, nothing ran in eager between graphs).
     """
     torch._dynamo.reset()
+    counters.clear()
     simaccel.clear_reports()
     device = get_device()
     device.reset_stats()
@@ -121,6 +122,8 @@ def check(fn: Callable[..., Any], *args: Any, rtol: float = POINTWISE_TOL["rtol"
     reports = simaccel.reports()
     result = CheckResult(actual, device.runtime_stats(), device.dma_stats(), reports)
     assert reports, "simaccel compiled no graph"
+    assert counters["stats"]["unique_graphs"] == graphs, \
+        f"Dynamo made {counters['stats']['unique_graphs']} graphs, expected {graphs}"
     problems = _mismatches(actual, expected, rtol, atol)
     assert not problems, "compiled result differs from eager:\n" + "\n".join(problems)
     _check_fallbacks(result, expect_fallback, fallback_reason)

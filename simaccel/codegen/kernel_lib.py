@@ -66,7 +66,7 @@ def sign(a):
 @_jit
 def float_remainder(a, b):
     """torch.remainder on floats: the result has the sign of the divisor."""
-    mod = math.fmod(a, b)
+    mod = np.fmod(a, b)  # numba has no math.fmod
     if mod != 0 and ((b < 0) != (mod < 0)):
         mod += b
     return mod
@@ -77,12 +77,12 @@ def float_floor_divide(a, b):
     """torch.div(..., rounding_mode="floor") on floats (c10::div_floor_floating)."""
     if b == 0:
         return a / b
-    mod = math.fmod(a, b)
+    mod = np.fmod(a, b)
     div = (a - mod) / b
     if mod != 0 and ((b < 0) != (mod < 0)):
         div -= 1.0
     if div != 0:
-        floordiv = math.floor(div)
+        floordiv = np.floor(div)  # math.floor would return an integer
         if div - floordiv > 0.5:
             floordiv += 1.0
         return floordiv

@@ -253,6 +253,8 @@ def _adaptive_avg_backward(ctx: GraphLowering, go: TensorValue, x: TensorValue) 
 @register(aten.cumsum.default, aten.cumprod.default)
 def _cumsum(ctx: GraphLowering, x: TensorValue, dim: int, dtype: Any = None) -> Realized:
     out_dtype = ctx.out_dtype()
+    if x.dtype != out_dtype:  # torch converts each element first: cumsum(x, dtype=int64) truncates
+        x = Lazy(x.shape, out_dtype, lambda i, x=x: cast(x.load(i), out_dtype), 1)
     xr = _dense(ctx, x)
     out = ctx.new_tensor(x.shape, out_dtype)
     dim = dim % max(x.ndim, 1)

@@ -12,6 +12,7 @@ line to the op test table.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any, Callable
 
 import torch
@@ -56,6 +57,7 @@ def promoted_dtype(ctx: GraphLowering) -> str:
     """The dtype PyTorch computes a node's binary/comparison op in (type promotion)."""
     vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a
             for a in ctx.current.args]
+    vals = [_python_scalar(v) for v in vals]
     vals = [v for v in vals if isinstance(v, (torch.Tensor, int, float, bool))]
     if not vals:
         return ctx.out_dtype()
@@ -66,6 +68,17 @@ def promoted_dtype(ctx: GraphLowering) -> str:
     if name is None:
         raise Unsupported(f"dtype {dtype} is not a device dtype")
     return name
+
+
+def _python_scalar(value: Any) -> Any:
+    """A SymInt/SymFloat stands for a Python number in type promotion."""
+    if isinstance(value, torch.SymBool):
+        return True
+    if isinstance(value, torch.SymInt):
+        return 1
+    if isinstance(value, torch.SymFloat):
+        return 1.0
+    return value
 
 
 def elementwise(ctx: GraphLowering, op: str, operands: list[Any], compute: str | None = None,
@@ -131,6 +144,17 @@ def _round(ctx: GraphLowering, x: TensorValue) -> Lazy:
     return elementwise(ctx, "round" if is_float(x.dtype) else "identity", [x])
 
 
+@register(aten.round.decimals)
+def _round_decimals(ctx: GraphLowering, x: TensorValue, *, decimals: int = 0) -> Lazy:
+    """As torch's CPU kernel: round(x * 10**d) / 10**d, or round(x / 10**-d) * 10**-d."""
+    if not is_float(x.dtype):
+        return elementwise(ctx, "identity", [x])
+    scale = float(10 ** abs(decimals))
+    first, last = ("truediv", "mul") if decimals < 0 else ("mul", "truediv")
+    scaled = elementwise(ctx, first, [x, scale])
+    return elementwise(ctx, last, [elementwise(ctx, "round", [scaled]), scale])
+
+
 @register(aten.relu.default)
 def _relu(ctx: GraphLowering, x: TensorValue) -> Lazy:
     return elementwise(ctx, "maximum", [x, 0])
@@ -178,10 +202,27 @@ def _binary(op: str) -> Callable:
     def lower(ctx: GraphLowering, a: Any, b: Any, alpha: Any = None) -> Lazy:
         if alpha is not None and alpha != 1:
             b = elementwise(ctx, "mul", [b, alpha])
-        if op == "pow" and isinstance(b, (int, float)) and b == 2 and isinstance(a, TensorValue):
-            return elementwise(ctx, "mul", [a, a])
+        if op == "pow" and isinstance(b, (int, float)) and isinstance(a, TensorValue):
+            special = _pow_scalar(ctx, a, b)
+            if special is not None:
+                return special
         return elementwise(ctx, op, [a, b])
     return lower
+
+
+def _pow_scalar(ctx: GraphLowering, a: TensorValue, exponent: float) -> Lazy | None:
+    """The exponents torch's CPU pow replaces by other ops (PowKernel.cpp). Matching
+    them matters at the edges: pow(-inf, 0.5) is sqrt's NaN, not C pow's inf."""
+    if exponent == 2:
+        return elementwise(ctx, "mul", [a, a])
+    if not is_float(ctx.out_dtype()):
+        return None
+    if exponent == 3:
+        return elementwise(ctx, "mul", [elementwise(ctx, "mul", [a, a]), a])
+    if exponent == -2:
+        return elementwise(ctx, "reciprocal", [elementwise(ctx, "mul", [a, a])])
+    unary = {0.5: "sqrt", -0.5: "rsqrt", -1: "reciprocal"}.get(exponent)
+    return elementwise(ctx, unary, [a]) if unary else None
 
 
 def _compare(op: str) -> Callable:
@@ -287,6 +328,8 @@ def _copy_into(ctx: GraphLowering, dst: TensorValue, src: Any, non_blocking: boo
 def _full(ctx: GraphLowering, *args: Any, **kwargs: Any) -> Lazy:
     target = ctx.current.target
     fill = _fill_value(target, args)
+    if isinstance(fill, TensorValue):  # a lifted scalar: read from the constant bank
+        return elementwise(ctx, "identity", [fill])
     return lazy_const(ctx, fill)
 
 
@@ -340,6 +383,56 @@ def _tril(ctx: GraphLowering, x: TensorValue, diagonal: int = 0) -> Lazy:
         return Op("where", (IndexValue(keep, "bool"), x.load(index), Const(0, dtype)
                             if dtype != "bool" else Const(False, "bool")), dtype)
     return Lazy(x.shape, dtype, fn, getattr(x, "ops", 0) + 1)
+
+
+
+
+# --------------------------------------------------------------------------- symbolic scalars
+# Lifted int scalars arrive as SymInt placeholders; arithmetic on them appears in the graph
+# as Python operator calls. On the device they are 0-d values read from the constant bank.
+
+_SCALAR_OPS = {
+    operator.add: "add", operator.sub: "sub", operator.mul: "mul",
+    operator.truediv: "truediv", operator.floordiv: "floordiv", operator.mod: "remainder",
+    operator.pow: "pow", operator.neg: "neg", operator.eq: "eq", operator.ne: "ne",
+    operator.lt: "lt", operator.le: "le", operator.gt: "gt", operator.ge: "ge",
+    torch.sym_float: "cast", torch.sym_int: "cast", torch.sym_max: "maximum",
+    torch.sym_min: "minimum",
+}
+
+
+def _scalar_op(op: Callable, name: str) -> Callable:
+    def lower(ctx: GraphLowering, *args: Any) -> Any:
+        if not any(isinstance(a, TensorValue) for a in args):
+            return op(*args)  # constant folding of plain Python numbers
+        dtype = _scalar_result_dtype(ctx)
+        compute = "bool" if name in ("eq", "ne", "lt", "le", "gt", "ge") else dtype
+        operands = list(args)
+        if compute == "bool":
+            compute = "float64" if any(_is_float_operand(a) for a in args) else "int64"
+
+        def fn(index: list[str]) -> Expr:
+            exprs = tuple(operand_expr(a, (), [], compute) for a in operands)
+            return cast(Op(name, exprs, "bool" if dtype == "bool" else compute), dtype)
+        return Lazy((), dtype, fn, 1)
+    return lower
+
+
+def _is_float_operand(value: Any) -> bool:
+    return isinstance(value, float) or (isinstance(value, TensorValue) and is_float(value.dtype))
+
+
+def _scalar_result_dtype(ctx: GraphLowering) -> str:
+    val = ctx.current.meta.get("val")
+    if isinstance(val, (bool, torch.SymBool)):
+        return "bool"
+    if isinstance(val, (int, torch.SymInt)):
+        return "int64"
+    return "float64"
+
+
+for _fn, _name in _SCALAR_OPS.items():
+    register(_fn)(_scalar_op(_fn, _name))
 
 
 # Registers the view, indexing, reduction and template lowerings.

@@ -65,7 +65,7 @@ def _remainder(a: list[str], t: list[str], d: str) -> str:
 
 def _fmod(a: list[str], t: list[str], d: str) -> str:
     if is_float(d):
-        return f"math.fmod({a[0]}, {a[1]})"
+        return f"np.fmod({a[0]}, {a[1]})"
     return f"lib.int_fmod({a[0]}, {a[1]})"
 
 

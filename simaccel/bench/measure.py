@@ -1,0 +1,129 @@
+"""Timing primitives shared by ``simaccel bench`` and ``bench/`` (pytest-benchmark).
+
+All times are seconds (``time.perf_counter``) unless a name says otherwise.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+from simaccel.bench import BACKENDS  # noqa: F401  (re-exported)
+
+#: Dynamo's recompile limits while benchmarking: backends that recompile per value must
+#: keep recompiling (at the default of 8, Dynamo falls back to running eager).
+RECOMPILE_LIMIT = 100_000
+
+_LIMIT_NAMES = ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                "accumulated_cache_size_limit")
+
+
+def compile_for(fn: Callable, backend: str, dynamic: bool | None = None,
+                options: dict[str, Any] | None = None) -> Callable:
+    """``fn`` compiled by ``backend`` (``fn`` itself for plain "eager")."""
+    if backend == "eager":
+        return fn
+    name = "eager" if backend == "dynamo_eager" else backend
+    return torch.compile(fn, backend=name, dynamic=dynamic, options=options)
+
+
+@contextlib.contextmanager
+def recompile_limits(limit: int = RECOMPILE_LIMIT) -> Iterator[None]:
+    """Raise Dynamo's recompile limits to ``limit`` (graphs per frame), restore on exit."""
+    config = torch._dynamo.config
+    saved = {name: getattr(config, name) for name in _LIMIT_NAMES if hasattr(config, name)}
+    try:
+        for name in saved:
+            # deprecated aliases share storage with the new names: set each one anyway
+            setattr(config, name, limit)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(config, name, value)
+
+
+def fresh_dynamo() -> None:
+    """Forget every compiled frame and zero Dynamo's counters."""
+    torch._dynamo.reset()
+    counters.clear()
+
+
+def graphs_compiled() -> int:
+    """Graphs Dynamo handed to a backend since the last :func:`fresh_dynamo`."""
+    return int(counters["stats"]["unique_graphs"])
+
+
+def time_call(fn: Callable, args: tuple) -> float:
+    """Seconds of one call ``fn(*args)``."""
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
+
+
+def time_batches(fn: Callable, args: tuple, batches: int, batch: int) -> list[float]:
+    """Mean seconds per call of each of ``batches`` batches of ``batch`` calls.
+
+    For calls of a few microseconds, where one ``perf_counter`` pair per call would be
+    part of what is measured.
+    """
+    out = []
+    for _ in range(batches):
+        start = time.perf_counter()
+        for _ in range(batch):
+            fn(*args)
+        out.append((time.perf_counter() - start) / batch)
+    return out
+
+
+def batch_size_for(fn: Callable, args: tuple, budget_s: float = 2e-3) -> int:
+    """Calls per batch so one batch takes about ``budget_s`` seconds (1..1000)."""
+    once = max(time_call(fn, args), 1e-7)
+    return max(1, min(1000, int(budget_s / once)))
+
+
+def median(times: list[float]) -> float | None:
+    """Median of ``times`` in seconds, ``None`` for no samples."""
+    return statistics.median(times) if times else None
+
+
+@contextlib.contextmanager
+def quiet_gc() -> Iterator[None]:
+    """Collect once, then keep the cyclic GC out of the timed region."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def guard_check_seconds(fn: Callable, f_locals: dict[str, Any], calls: int = 2000) -> float | None:
+    """Seconds per evaluation of the guards of ``fn``'s newest compiled entry.
+
+    Reads Dynamo's debug accessor for a code object's cache entries; ``None`` when that
+    accessor is missing (a torch without it) or nothing is compiled.
+    """
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    except ImportError:
+        return None
+    code = getattr(getattr(fn, "forward", fn), "__code__", None)
+    entries = _debug_get_cache_entry_list(code) if code is not None else []
+    if not entries:
+        return None
+    check = entries[0].guard_manager.check
+    if not check(f_locals):
+        return None
+    start = time.perf_counter()
+    for _ in range(calls):
+        check(f_locals)
+    return (time.perf_counter() - start) / calls

@@ -1,0 +1,174 @@
+"""Ratios against same-run baselines, the text table, the targets, JSON and the plot."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from simaccel.bench.runner import GROUPS, BenchResult
+from simaccel.bench.scenarios import Record
+
+GROUP_TITLES = {
+    "steady": "steady per-call time, tiny graph (baseline: Dynamo eager backend)",
+    "scalar": "call with a changed scalar (median; baseline: plain eager; "
+              "'/steady' = same backend with the scalar unchanged)",
+    "guard": "steady call with 3 scalar args; guard check alone (baseline: Dynamo eager)",
+    "kernel": "kernel throughput, seconds per call (baseline: plain eager)",
+    "compile": "first call in a new process: cold = empty caches, warm = caches kept "
+               "(baseline: cold -> inductor cold, warm -> same backend cold)",
+}
+
+
+def fmt_seconds(seconds: float | None) -> str:
+    """``seconds`` with a readable unit (us, ms, s)."""
+    if seconds is None:
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def baseline_of(rec: Record) -> tuple[str, str, str] | None:
+    """``(key, backend, label)`` of the record ``rec`` is compared with, or ``None``."""
+    if rec.group in ("scalar", "kernel"):
+        return rec.key, "eager", "eager"
+    if rec.group == "steady":
+        return rec.key, "dynamo_eager", "dynamo_eager"
+    if rec.group == "guard":
+        return "guard/3_scalars[default]", "dynamo_eager", "dynamo_eager"
+    if rec.group == "compile" and rec.scenario.startswith("cold_"):
+        return rec.key, "inductor", "inductor cold"
+    if rec.group == "compile":
+        return rec.key.replace("warm_", "cold_"), rec.backend, "own cold"
+    return None
+
+
+def ratio(result: BenchResult, rec: Record) -> tuple[float | None, str]:
+    """``rec``'s median over its baseline's median in the same run, and the label."""
+    base = baseline_of(rec)
+    if base is None or rec.median_s is None:
+        return None, ""
+    other = result.get(base[0], base[1])
+    if other is None or not other.median_s:
+        return None, base[2]
+    return rec.median_s / other.median_s, base[2]
+
+
+def _extra_cells(rec: Record) -> str:
+    x = rec.extra
+    cells = []
+    if "recompiles" in x:
+        cells.append(f"recompiles {x['recompiles']}/{rec.samples}")
+    if x.get("steady_median_s") is not None:
+        cells.append(f"steady {fmt_seconds(x['steady_median_s'])}")
+    if x.get("changed_vs_steady") is not None:
+        cells.append(f"/steady {x['changed_vs_steady']:.2f}x")
+    if x.get("guard_check_s") is not None:
+        cells.append(f"guard check {fmt_seconds(x['guard_check_s'])}")
+    if x.get("process_s") is not None:
+        cells.append(f"process {fmt_seconds(x['process_s'])}")
+    return ", ".join(cells)
+
+
+def _row(result: BenchResult, rec: Record) -> str:
+    if rec.skipped:
+        return f"  {rec.scenario:<34} {rec.backend:<12} skipped: {rec.skipped}"
+    r, label = ratio(result, rec)
+    ratio_cell = f"{r:.2f}x {label}" if r is not None else ""
+    return (f"  {rec.scenario:<34} {rec.backend:<12} {fmt_seconds(rec.median_s):>10} "
+            f"{ratio_cell:<22} {_extra_cells(rec)}")
+
+
+def print_table(result: BenchResult, out: TextIO) -> None:
+    """All records, grouped, each with its ratio to the same-run baseline."""
+    for group in GROUPS:
+        recs = [r for r in result.records if r.group == group]
+        if not recs:
+            continue
+        print(f"\n{group}: {GROUP_TITLES[group]}", file=out)
+        for rec in recs:
+            print(_row(result, rec), file=out)
+    print("\ntargets:", file=out)
+    for t in targets(result):
+        print("  " + t.line(), file=out)
+
+
+@dataclass
+class Target:
+    """One figure the issue sets a bound on; ``value`` is ``None`` if not measured."""
+
+    name: str
+    value: float | None
+    bound: float
+    note: str = ""
+
+    @property
+    def met(self) -> bool | None:
+        return None if self.value is None else self.value <= self.bound
+
+    def line(self) -> str:
+        state = {True: "met", False: "MISSED", None: "not measured"}[self.met]
+        value = "-" if self.value is None else f"{self.value:.3f}"
+        return f"{self.name:<52} {value:>8} (target <= {self.bound:.3g}) {state}  {self.note}"
+
+
+def _median_ratio(result: BenchResult, key: str, num: str, den: str) -> float | None:
+    a, b = result.get(key, num), result.get(key, den)
+    return a.median_s / b.median_s if a and b and a.median_s and b.median_s else None
+
+
+def _scalar_summary(result: BenchResult) -> tuple[float | None, str]:
+    """Median over scalar scenarios of simaccel changed/steady; the note shows the worst
+    and the changed-call medians of inductor and aot_eager next to simaccel's."""
+    recs = [r for r in result.records if r.group == "scalar" and r.backend == "simaccel"
+            and not r.skipped and r.extra.get("changed_vs_steady")]
+    if not recs:
+        return None, ""
+    ratios = [r.extra["changed_vs_steady"] for r in recs]
+    notes = [f"worst {max(ratios):.2f}x"]
+    for backend in ("simaccel", "aot_eager", "inductor"):
+        meds = [r.median_s for r in result.records if r.group == "scalar" and
+                r.backend == backend and r.median_s is not None]
+        if meds:
+            notes.append(f"{backend} changed call {fmt_seconds(statistics.median(meds))}")
+    return statistics.median(ratios), "; ".join(notes)
+
+
+def targets(result: BenchResult) -> list[Target]:
+    """The issue's four targets, computed from this run only."""
+    cold = "compile/cold_mlp3"
+    warm_vs_cold = None
+    w, c = result.get("compile/warm_mlp3", "simaccel"), result.get(cold, "simaccel")
+    if w and c and w.median_s and c.median_s:
+        warm_vs_cold = w.median_s / c.median_s
+    scalar, note = _scalar_summary(result)
+    return [
+        Target("simaccel cold compile / inductor cold compile",
+               _median_ratio(result, cold, "simaccel", "inductor"), 0.2),
+        Target("simaccel warm compile / simaccel cold compile", warm_vs_cold, 1 / 3),
+        Target("simaccel changed-scalar call / steady call", scalar, 1.1,
+               f"(median over scenarios; {note})"),
+        Target("simaccel tiny steady call / dynamo_eager",
+               _median_ratio(result, "steady/tiny_x*2+1_16", "simaccel", "dynamo_eager"), 1.5),
+    ]
+
+
+def to_json(result: BenchResult) -> dict[str, Any]:
+    """``{"meta", "results": {backend: {"group/scenario": {...}}}, "skipped", "targets"}``;
+    every time in seconds."""
+    results: dict[str, dict[str, Any]] = {b: {} for b in result.backends}
+    skipped = []
+    for rec in result.records:
+        if rec.skipped:
+            skipped.append({"backend": rec.backend, "scenario": rec.key, "reason": rec.skipped})
+            continue
+        r, label = ratio(result, rec)
+        results.setdefault(rec.backend, {})[rec.key] = {
+            "median_s": rec.median_s, "samples": rec.samples,
+            "recompiles": rec.extra.get("recompiles", 0), **rec.extra,
+            "ratio": r, "ratio_baseline": label}
+    return {"meta": result.meta, "results": results, "skipped": skipped,
+            "targets": [{"name": t.name, "value": t.value, "target": t.bound, "met": t.met,
+                         "note": t.note} for t in targets(result)]}

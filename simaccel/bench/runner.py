@@ -1,0 +1,219 @@
+"""The scenario runner behind ``simaccel bench``: every selected backend on every selected
+scenario, in one process (cold/warm compiles in child processes), with a progress line
+per measurement on stderr."""
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import torch
+
+from simaccel.bench import scenarios as sc
+from simaccel.bench.measure import BACKENDS
+from simaccel.bench.workloads import KERNEL_WORKLOADS, SCALAR_SCENARIOS
+
+#: the scenario groups, in the order they run.
+GROUPS = ("steady", "scalar", "guard", "kernel", "compile")
+
+
+@dataclass
+class Task:
+    """One measurement to make: ``run()`` returns its :class:`Record`."""
+
+    group: str
+    scenario: str
+    backend: str
+    run: Callable[[], sc.Record]
+
+    @property
+    def key(self) -> str:
+        return f"{self.group}/{self.scenario}"
+
+
+@dataclass
+class BenchResult:
+    """Everything one ``simaccel bench`` run measured."""
+
+    records: list[sc.Record]
+    backends: list[str]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, key: str, backend: str) -> sc.Record | None:
+        """The record of ``backend`` on scenario ``key`` ("group/scenario"), if measured."""
+        for rec in self.records:
+            if rec.key == key and rec.backend == backend and rec.skipped is None:
+                return rec
+        return None
+
+
+def default_backends(quick: bool) -> list[str]:
+    """All backends; without inductor in quick mode (its compiles take seconds each)."""
+    return [b for b in BACKENDS if not (quick and b == "inductor")]
+
+
+def _compile_tasks(backends: Sequence[str], cache_root: str) -> list[Task]:
+    tasks = []
+    for backend in backends:
+        root = os.path.join(cache_root, backend)
+        for phase in ("cold", "warm"):  # warm reuses the cold run's folder
+            tasks.append(Task("compile", f"{phase}_{sc.COMPILE_WORKLOAD}", backend,
+                              lambda b=backend, p=phase, r=root: sc.measure_compile(b, p, r)))
+    return tasks
+
+
+def build_tasks(backends: Sequence[str], cfg: sc.BenchConfig, cache_root: str) -> list[Task]:
+    """Every (scenario, backend) measurement, grouped as in :data:`GROUPS`."""
+    tasks = [Task("steady", "tiny_x*2+1_16", b, lambda b=b: sc.measure_tiny(b, cfg))
+             for b in backends]
+    for dynamic in sc.DYNAMIC_MODES:
+        for name in SCALAR_SCENARIOS:
+            tasks += [Task("scalar", sc.scalar_id(name, dynamic), b,
+                           lambda n=name, b=b, d=dynamic: sc.measure_scalar(n, b, d, cfg))
+                      for b in backends]
+    for variant in sc.GUARD_VARIANTS:
+        tasks += [Task("guard", f"3_scalars[{variant}]", b,
+                       lambda b=b, v=variant: sc.measure_guard(b, v, cfg))
+                  for b in backends if variant == "default" or b == "simaccel"]
+    for name in KERNEL_WORKLOADS:
+        scenario = f"{name}[{KERNEL_WORKLOADS[name].sizes[1 if cfg.quick else 0]}]"
+        tasks += [Task("kernel", scenario, b, lambda n=name, b=b: sc.measure_kernel(n, b, cfg))
+                  for b in backends]
+    return tasks + _compile_tasks(backends, cache_root)
+
+
+def select(tasks: list[Task], patterns: Sequence[str] | None) -> list[Task]:
+    """Tasks whose key ("group/scenario") contains one of ``patterns`` (all if none).
+
+    Warm compiles pull in the cold compile of the same backend (they reuse its caches).
+    """
+    if not patterns:
+        return tasks
+    chosen = [t for t in tasks if any(p in t.key for p in patterns)]
+    needed = {(t.backend, t.key.replace("warm_", "cold_")) for t in chosen
+              if t.key.startswith("compile/warm_")}
+    chosen_ids = {id(t) for t in chosen}
+    return [t for t in tasks if id(t) in chosen_ids or (t.backend, t.key) in needed]
+
+
+@contextlib.contextmanager
+def private_caches() -> Iterator[str]:
+    """A fresh temporary folder for every cache of the run (simaccel kernels, inductor),
+    so no result depends on an earlier run; removed on exit."""
+    root = tempfile.mkdtemp(prefix="simaccel-bench-")
+    saved = {k: os.environ.get(k) for k in ("SIMACCEL_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
+    os.environ["SIMACCEL_CACHE_DIR"] = os.path.join(root, "inproc", "simaccel")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(root, "inproc", "inductor")
+    try:
+        yield os.path.join(root, "subprocess")
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _progress_line(i: int, n: int, task: Task, rec: sc.Record, seconds: float) -> str:
+    if rec.skipped:
+        what = f"skipped: {rec.skipped}"
+    elif rec.median_s is None:
+        what = "no samples"
+    else:
+        what = f"median {rec.median_s * 1e3:.4g} ms"
+        if "recompiles" in rec.extra:
+            what += f", {rec.extra['recompiles']} recompiles"
+    width = len(str(n))
+    return f"[{i:>{width}}/{n}] {task.key:<44} {task.backend:<12} {what} ({seconds:.1f} s)"
+
+
+def _error_summary(exc: BaseException) -> str:
+    """One line: the exception type and first line, plus the first ``...Error: ...`` line
+    of its message (Dynamo wraps the backend's real error in a long text)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = type(exc).__name__ + (f": {lines[0]}" if lines else "")
+    inner = next((ln for ln in lines[1:] if re.match(r"^[\w.]+(Error|Exception): ", ln)), None)
+    return f"{text} {inner}" if inner else text
+
+
+def _run_one(task: Task) -> sc.Record:
+    try:
+        return task.run()
+    except Exception as exc:  # one broken backend/scenario must not lose the whole run
+        message = _error_summary(exc)
+        return sc.Record(task.group, task.scenario, task.backend, skipped=f"error: {message}")
+
+
+def run_tasks(tasks: list[Task], progress: TextIO | None) -> list[sc.Record]:
+    """Run ``tasks`` in order; one progress line per task on ``progress``."""
+    records = []
+    for i, task in enumerate(tasks, 1):
+        start = time.perf_counter()
+        rec = _run_one(task)
+        records.append(rec)
+        if progress is not None:
+            print(_progress_line(i, len(tasks), task, rec, time.perf_counter() - start),
+                  file=progress, flush=True)
+    return records
+
+
+@contextlib.contextmanager
+def compute_threads(threads: int | None) -> Iterator[None]:
+    """Run torch's and numba's kernels on ``threads`` threads (``None``: leave as is);
+    child processes get it as ``OMP_NUM_THREADS`` (torch's intra-op threads).
+
+    ``NUMBA_NUM_THREADS`` is left alone: changing it after numba's pool started makes
+    numba refuse to load cached kernels.
+    """
+    if threads is None:
+        yield
+        return
+    import numba
+    saved = (torch.get_num_threads(), numba.get_num_threads(), os.environ.get("OMP_NUM_THREADS"))
+    torch.set_num_threads(threads)
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved[0])
+        numba.set_num_threads(saved[1])
+        if saved[2] is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved[2]
+
+
+def run_bench(backends: Sequence[str] | None = None, quick: bool = False,
+              scenarios: Sequence[str] | None = None, threads: int | None = None,
+              progress: TextIO | None = sys.stderr) -> BenchResult:
+    """Measure ``backends`` (default: :func:`default_backends`) on the selected scenarios;
+    ``threads``: compute threads for torch and numba (default: their own defaults)."""
+    chosen = list(backends) if backends else default_backends(quick)
+    cfg = sc.BenchConfig.make(quick)
+    start = time.time()
+    with private_caches() as cache_root, compute_threads(threads):
+        tasks = select(build_tasks(chosen, cfg, cache_root), scenarios)
+        meta = {"quick": quick, "backends": chosen, "scenarios": list(scenarios or []),
+                "torch": torch.__version__, "python": platform.python_version(),
+                "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                "load_avg_1m_start": _load_avg(), "started": start}
+        records = run_tasks(tasks, progress)
+    meta.update(load_avg_1m_end=_load_avg(), wall_s=time.time() - start)
+    return BenchResult(records, chosen, meta)
+
+
+def _load_avg() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None

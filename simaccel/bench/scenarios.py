@@ -1,0 +1,248 @@
+"""The benchmark scenarios: each one measures one backend on one workload.
+
+Every ``measure_*`` function returns a :class:`Record`; the ``prepare_*`` functions are
+the shared first half that the pytest-benchmark suites in ``bench/`` time themselves.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from simaccel.bench import measure
+from simaccel.bench.coldstart import first_call_in_new_process
+from simaccel.bench.workloads import (
+    KERNEL_WORKLOADS, SCALAR_SCENARIOS, ScalarScenario, fresh_value, guard_workload, tiny,
+)
+
+#: the compile workload run in fresh processes.
+COMPILE_WORKLOAD = "mlp3"
+#: elements of the tensors in the scalar scenarios (per-call overhead dominates).
+SCALAR_NUMEL = 64
+#: dynamic= settings the scalar scenarios run under.
+DYNAMIC_MODES: tuple[bool | None, ...] = (None, False)
+
+
+@dataclass
+class BenchConfig:
+    """How much to measure. ``quick``: tiny kernel sizes, fewer samples."""
+
+    quick: bool = False
+    #: (changed, steady) call pairs: at least ``min_changed``, then more (up to
+    #: ``max_changed``) while the changed calls stay under ``changed_budget_s`` seconds.
+    min_changed: int = 3
+    max_changed: int = 300
+    changed_budget_s: float = 1.0
+    #: batches of the batched steady timings (tiny graph, guards, kernels).
+    batches: int = 30
+
+    @classmethod
+    def make(cls, quick: bool) -> "BenchConfig":
+        if quick:
+            return cls(quick=True, max_changed=100, changed_budget_s=0.5, batches=15)
+        return cls()
+
+
+@dataclass
+class Record:
+    """One backend on one scenario. ``median_s``: the headline median (seconds)."""
+
+    group: str
+    scenario: str
+    backend: str
+    median_s: float | None = None
+    samples: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+    skipped: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.group}/{self.scenario}"
+
+
+def scalar_id(name: str, dynamic: bool | None) -> str:
+    return f"{name}[dynamic={dynamic}]"
+
+
+# ---------------------------------------------------------------------- scalar lifting
+
+
+@dataclass
+class ScalarRun:
+    """A compiled scalar scenario after its first call (the first compile)."""
+
+    compiled: Callable
+    args_for: Callable[[Any], tuple]
+    kind: str
+    steady_value: Any
+    first_call_s: float
+    graphs_after_first: int
+
+    def changed_args(self) -> tuple:
+        """Arguments with a scalar value this process has never used before."""
+        return self.args_for(fresh_value(self.kind))
+
+    def steady_args(self) -> tuple:
+        """Arguments with the same scalar value on every call."""
+        return self.args_for(self.steady_value)
+
+
+def prepare_scalar(scenario: ScalarScenario, backend: str, dynamic: bool | None,
+                   numel: int = SCALAR_NUMEL) -> ScalarRun:
+    """Fresh Dynamo, compile, and make the first call. Call under ``recompile_limits()``."""
+    measure.fresh_dynamo()
+    fn, args_for = scenario.build(numel)
+    compiled = measure.compile_for(fn, backend, dynamic)
+    value = fresh_value(scenario.kind)
+    first = measure.time_call(compiled, args_for(value))
+    return ScalarRun(compiled, args_for, scenario.kind, value, first, measure.graphs_compiled())
+
+
+def time_changed_and_steady(run: ScalarRun, cfg: BenchConfig) -> tuple[list[float], list[float]]:
+    """Seconds of calls with a new scalar value each, and of calls with the same value.
+
+    Rounds of (changed, steady untimed, steady timed), so both timed calls see the same
+    warm-up, caches and machine load, and the timed steady call really repeats the value
+    of the call before it (a backend may cache the last scalar, e.g. in a constant bank):
+    at least ``cfg.min_changed`` rounds, more (up to ``cfg.max_changed``) while the
+    changed calls fit in ``cfg.changed_budget_s``.
+    """
+    for _ in range(5):  # warm-up at the steady value, untimed
+        run.compiled(*run.steady_args())
+    changed: list[float] = []
+    steady: list[float] = []
+    while len(changed) < cfg.max_changed and (
+            len(changed) < cfg.min_changed or sum(changed) < cfg.changed_budget_s):
+        changed.append(measure.time_call(run.compiled, run.changed_args()))
+        run.compiled(*run.steady_args())
+        steady.append(measure.time_call(run.compiled, run.steady_args()))
+    return changed, steady
+
+
+def measure_scalar(name: str, backend: str, dynamic: bool | None, cfg: BenchConfig) -> Record:
+    """Median of calls whose scalar changed (each a new value) and of steady calls;
+    ``recompiles``: graphs compiled during the changed calls (Dynamo's unique_graphs)."""
+    with measure.recompile_limits():
+        run = prepare_scalar(SCALAR_SCENARIOS[name], backend, dynamic)
+        with measure.quiet_gc():
+            changed, steady = time_changed_and_steady(run, cfg)
+        recompiles = measure.graphs_compiled() - run.graphs_after_first
+    steady_s, changed_s = measure.median(steady), measure.median(changed)
+    return Record("scalar", scalar_id(name, dynamic), backend, changed_s, len(changed), {
+        "recompiles": recompiles, "graphs": measure.graphs_compiled(),
+        "first_call_s": run.first_call_s, "steady_median_s": steady_s,
+        "changed_vs_steady": changed_s / steady_s if steady_s else None})
+
+
+# ---------------------------------------------------------------------- steady tiny graph
+
+
+def prepare_tiny(backend: str) -> tuple[Callable, tuple]:
+    """``x * 2.0 + 1.0`` on 16 float32 elements, compiled (dynamic=False) and warmed up."""
+    measure.fresh_dynamo()
+    x = torch.randn(16)
+    compiled = measure.compile_for(tiny, backend, dynamic=False)
+    compiled(x)
+    compiled(x)
+    return compiled, (x,)
+
+
+def measure_tiny(backend: str, cfg: BenchConfig) -> Record:
+    """Steady per-call time of the tiny graph (median over batches of calls)."""
+    compiled, args = prepare_tiny(backend)
+    batch = measure.batch_size_for(compiled, args)
+    with measure.quiet_gc():
+        times = measure.time_batches(compiled, args, cfg.batches, batch)
+    return Record("steady", "tiny_x*2+1_16", backend, measure.median(times), len(times),
+                  {"calls_per_batch": batch, "graphs": measure.graphs_compiled()})
+
+
+# ---------------------------------------------------------------------- cold / warm compile
+
+
+def measure_compile(backend: str, phase: str, cache_root: str) -> Record:
+    """First call (trace + compile + run) of the MLP in a new process.
+
+    ``phase`` "cold": ``cache_root`` must be empty; "warm": it holds the cold run's caches.
+    """
+    result = first_call_in_new_process(backend, cache_root)
+    return Record("compile", f"{phase}_{COMPILE_WORKLOAD}", backend, result["first_call_s"], 1,
+                  {"process_s": result["process_s"], "graphs": result["graphs"],
+                   "simaccel_cache_hits": result.get("kernel_cache_hits")})
+
+
+# ---------------------------------------------------------------------- kernel throughput
+
+
+def prepare_kernel(name: str, backend: str, quick: bool) -> tuple[Callable, tuple]:
+    """The workload compiled (dynamic=False), run once and checked against eager."""
+    workload = KERNEL_WORKLOADS[name]
+    measure.fresh_dynamo()
+    fn, args = workload.make(quick)
+    compiled = measure.compile_for(fn, backend, dynamic=False)
+    with torch.no_grad():
+        expected, actual = fn(*args), compiled(*args)
+    rtol, atol = workload.tol
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
+    return compiled, args
+
+
+def measure_kernel(name: str, backend: str, cfg: BenchConfig) -> Record:
+    """Median seconds per call of a kernel workload (batched timing, no_grad)."""
+    compiled, args = prepare_kernel(name, backend, cfg.quick)
+    with torch.no_grad(), measure.quiet_gc():
+        batch = measure.batch_size_for(compiled, args, budget_s=5e-3)
+        times = measure.time_batches(compiled, args, cfg.batches, batch)
+    sizes = KERNEL_WORKLOADS[name].sizes[1 if cfg.quick else 0]
+    return Record("kernel", f"{name}[{sizes}]", backend, measure.median(times), len(times),
+                  {"calls_per_batch": batch, "quick_sizes": cfg.quick})
+
+
+# ---------------------------------------------------------------------- guard overhead
+
+#: guard variants: default options for every backend, the others for simaccel only.
+GUARD_VARIANTS = ("default", "lift_off", "added_guard")
+
+
+def guard_options(variant: str) -> dict[str, Any] | None:
+    """simaccel options of a guard variant; raises ``LookupError`` if ``simaccel.Guard``
+    (needed by "added_guard") does not exist yet."""
+    if variant == "lift_off":
+        return {"lift": "off"}
+    if variant == "added_guard":
+        import simaccel
+        guard_cls = getattr(simaccel, "Guard", None)
+        if guard_cls is None:
+            raise LookupError("simaccel.Guard does not exist yet (guards issue): "
+                              "no backend guard to add")
+        return {"guards": [guard_cls("L['n']", lambda n: n > 0, "n_positive")]}
+    return None
+
+
+def prepare_guard(backend: str, variant: str) -> tuple[Callable, tuple, Callable]:
+    """Compiled guard workload, warmed up; returns ``(compiled, args, fn)``."""
+    measure.fresh_dynamo()
+    fn, args = guard_workload()
+    options = guard_options(variant) if backend == "simaccel" else None
+    compiled = measure.compile_for(fn, backend, dynamic=False, options=options)
+    compiled(*args)
+    compiled(*args)
+    return compiled, args, fn
+
+
+def measure_guard(backend: str, variant: str, cfg: BenchConfig) -> Record:
+    """Steady per-call time with three scalar arguments, plus the guard check alone."""
+    scenario = f"3_scalars[{variant}]"
+    try:
+        compiled, args, fn = prepare_guard(backend, variant)
+    except LookupError as exc:
+        return Record("guard", scenario, backend, skipped=str(exc))
+    batch = measure.batch_size_for(compiled, args)
+    with measure.quiet_gc():
+        times = measure.time_batches(compiled, args, cfg.batches, batch)
+    f_locals = dict(zip(("x", "a", "b", "n"), args))
+    check_s = measure.guard_check_seconds(fn, f_locals) if backend != "eager" else None
+    return Record("guard", scenario, backend, measure.median(times), len(times),
+                  {"guard_check_s": check_s, "graphs": measure.graphs_compiled()})

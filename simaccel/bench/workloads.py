@@ -1,0 +1,235 @@
+"""Workloads shared by ``simaccel bench`` and the pytest-benchmark suites in ``bench/``.
+
+Three kinds:
+
+* scalar scenarios: a program whose result depends on one Python scalar stored in one
+  place (argument, global, module attribute, closure cell, ...); ``args_for(value)``
+  stores the value there and returns the call arguments;
+* kernel workloads: a function and its inputs, at full or quick (tiny) sizes;
+* the cold/warm compile workload (a 3-layer MLP), run in a fresh process.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+#: globals the scalar scenarios read: Dynamo bakes their value into the graph.
+GAIN = 2.0
+STEPS = 3
+
+#: every value handed to a scenario is new in this process and (random start) almost
+#: surely in earlier runs, so no backend can reuse a graph compiled for an earlier value,
+#: not even from inductor's on-disk FX graph cache.
+_FRESH = itertools.count(random.SystemRandom().randrange(1, 1 << 20))
+
+ScenarioFn = Callable[..., Any]
+ArgsFor = Callable[[Any], tuple]
+
+
+def fresh_value(kind: str) -> float | int:
+    """A scalar never handed out before in this process: float in [0.5, 1.5), int >= 2."""
+    k = next(_FRESH)
+    if kind == "int":
+        return 2 + k
+    return 0.5 + (k * 0.6180339887) % 1.0
+
+
+@dataclass(frozen=True)
+class ScalarScenario:
+    """One place a Python scalar lives; ``build(numel)`` returns ``(fn, args_for)``."""
+
+    name: str
+    kind: str  # "float" or "int"
+    build: Callable[[int], tuple[ScenarioFn, ArgsFor]]
+    what: str
+
+
+class _FloatModule(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = 1.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) * self.scale
+
+
+class _IntModule(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.k = 3
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) * self.k + 1
+
+
+def _float_arg(numel: int) -> tuple[ScenarioFn, ArgsFor]:
+    def fn(x: torch.Tensor, alpha: float) -> torch.Tensor:
+        return torch.sin(x) * alpha
+    x = torch.randn(numel)
+    return fn, lambda v: (x, v)
+
+
+def _int_arg(numel: int) -> tuple[ScenarioFn, ArgsFor]:
+    def fn(x: torch.Tensor, n: int) -> torch.Tensor:
+        return torch.sin(x) * n + n
+    x = torch.randn(numel)
+    return fn, lambda v: (x, v)
+
+
+def _float_global(numel: int) -> tuple[ScenarioFn, ArgsFor]:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.cos(x) * GAIN
+    x = torch.randn(numel)
+
+    def args_for(v: float) -> tuple:
+        globals()["GAIN"] = v
+        return (x,)
+    return fn, args_for
+
+
+def _module_attr(module: nn.Module, attr: str, numel: int) -> tuple[ScenarioFn, ArgsFor]:
+    x = torch.randn(numel)
+
+    def args_for(v: Any) -> tuple:
+        setattr(module, attr, v)
+        return (x,)
+    return module, args_for
+
+
+def _closure(numel: int) -> tuple[ScenarioFn, ArgsFor]:
+    scale = 1.0
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) * scale
+    x = torch.randn(numel)
+
+    def args_for(v: float) -> tuple:
+        fn.__closure__[0].cell_contents = v  # type: ignore[index]
+        return (x,)
+    return fn, args_for
+
+
+def _temperature(numel: int) -> tuple[ScenarioFn, ArgsFor]:
+    def fn(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+        return torch.softmax(logits / temperature, dim=-1)
+    logits = torch.randn(max(numel // 64, 1), 64)
+    return fn, lambda v: (logits, v)
+
+
+def _lr_warmup(numel: int) -> tuple[ScenarioFn, ArgsFor]:
+    def sgd_step(p: torch.Tensor, g: torch.Tensor, lr: float) -> torch.Tensor:
+        return p - lr * g
+    p, g = torch.randn(numel), torch.randn(numel)
+    # lr = base * step / warmup grows every step: a new float per call
+    return sgd_step, lambda v: (p, g, 1e-3 * v)
+
+
+SCALAR_SCENARIOS: dict[str, ScalarScenario] = {s.name: s for s in (
+    ScalarScenario("float_arg", "float", _float_arg, "float argument"),
+    ScalarScenario("int_arg", "int", _int_arg, "int argument"),
+    ScalarScenario("float_global", "float", _float_global, "module-level global"),
+    ScalarScenario("module_float_attr", "float",
+                   lambda n: _module_attr(_FloatModule(), "scale", n), "nn.Module float attr"),
+    ScalarScenario("module_int_attr", "int",
+                   lambda n: _module_attr(_IntModule(), "k", n), "nn.Module int attr"),
+    ScalarScenario("closure", "float", _closure, "closure cell"),
+    ScalarScenario("temperature", "float", _temperature, "softmax(logits / T)"),
+    ScalarScenario("lr_warmup", "float", _lr_warmup, "p - lr * g, lr warming up"),
+)}
+
+
+# ---------------------------------------------------------------------- kernel workloads
+
+
+def tiny(x: torch.Tensor) -> torch.Tensor:
+    """The steady per-call overhead graph: two pointwise ops on 16 elements."""
+    return x * 2.0 + 1.0
+
+
+def chain8(x: torch.Tensor) -> torch.Tensor:
+    """Eight pointwise ops: one fused kernel on simaccel."""
+    return ((((x * 2.0 + 1.0).sin() - 0.5).abs().sqrt() * 3.0).tanh() + 1.0).relu()
+
+
+def row_reductions(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return x.sum(-1), x.amax(-1), x.mean(-1)
+
+
+def layernorm_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.gelu(F.layer_norm(x, (x.shape[-1],), w, b))
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def mlp(d_in: int, hidden: int, d_out: int) -> nn.Module:
+    """Linear-GELU-Linear in eval mode."""
+    return nn.Sequential(nn.Linear(d_in, hidden), nn.GELU(), nn.Linear(hidden, d_out)).eval()
+
+
+def mlp3(d_in: int = 256, hidden: int = 512, d_out: int = 64) -> nn.Module:
+    """The cold/warm compile workload: three Linear layers with ReLU, eval mode."""
+    return nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+                         nn.ReLU(), nn.Linear(hidden, d_out)).eval()
+
+
+@dataclass(frozen=True)
+class KernelWorkload:
+    """``make(quick)`` returns ``(fn, args)``; ``sizes`` describes (full, quick) inputs;
+    ``tol`` is the (rtol, atol) against eager."""
+
+    name: str
+    make: Callable[[bool], tuple[ScenarioFn, tuple]]
+    sizes: tuple[str, str]
+    tol: tuple[float, float] = (1e-4, 1e-4)
+
+
+def _chain8_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
+    return chain8, (torch.randn(64 << 10 if quick else 4 << 20),)
+
+
+def _mlp_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
+    torch.manual_seed(0)
+    if quick:
+        return mlp(64, 256, 64), (torch.randn(8, 64),)
+    return mlp(512, 2048, 512), (torch.randn(64, 512),)
+
+
+def _ln_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
+    rows, cols = (32, 128) if quick else (256, 1024)
+    return layernorm_gelu, (torch.randn(rows, cols), torch.randn(cols), torch.randn(cols))
+
+
+def _attn_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
+    shape = (1, 2, 16, 8) if quick else (4, 8, 128, 64)
+    return causal_attention, tuple(torch.randn(*shape) for _ in range(3))
+
+
+def _reductions_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
+    return row_reductions, (torch.randn(*((64, 128) if quick else (4096, 1024))),)
+
+
+KERNEL_WORKLOADS: dict[str, KernelWorkload] = {w.name: w for w in (
+    KernelWorkload("chain8", _chain8_workload, ("4M f32", "64K f32")),
+    KernelWorkload("mlp", _mlp_workload, ("512-2048-512 b64", "64-256-64 b8"), (1e-3, 1e-3)),
+    KernelWorkload("layernorm_gelu", _ln_workload, ("256x1024", "32x128")),
+    KernelWorkload("causal_attention", _attn_workload, ("4x8x128x64", "1x2x16x8"),
+                   (1e-3, 1e-4)),
+    KernelWorkload("row_reductions", _reductions_workload, ("4096x1024", "64x128"),
+                   (1e-4, 1e-3)),
+)}
+
+
+def guard_workload() -> tuple[ScenarioFn, tuple]:
+    """A tiny graph reading three Python scalars: each one is a value guard unless lifted."""
+    def fn(x: torch.Tensor, a: float, b: float, n: int) -> torch.Tensor:
+        return x * a + b * n
+    return fn, (torch.randn(16), 0.75, 0.25, 3)

@@ -1,0 +1,61 @@
+"""``simaccel bench``: quick run writes JSON and PNG; command-line errors exit 2 in one line."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+#: one cheap scenario per group that the plot draws, plus the compile pair of simaccel.
+QUICK_ARGS = ["bench", "--quick", "--backends", "eager,dynamo_eager,simaccel",
+              "--scenarios", "steady,scalar/float_arg[dynamic=False],guard/3_scalars[default]"]
+
+
+def _simaccel(*args: str, timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "simaccel.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **env})
+
+
+def test_quick_bench_writes_json_and_png(tmp_path):
+    pytest.importorskip("matplotlib", reason="--plot needs the bench extra")
+    out_json, out_png = tmp_path / "out.json", tmp_path / "out.png"
+    proc = _simaccel(*QUICK_ARGS, "--json", str(out_json), "--plot", str(out_png))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "targets:" in proc.stdout and "[" in proc.stderr  # table on stdout, progress on stderr
+    data = json.loads(out_json.read_text())
+    changed = data["results"]["simaccel"]["scalar/float_arg[dynamic=False]"]
+    assert changed["recompiles"] == 0 and changed["median_s"] > 0
+    assert changed["steady_median_s"] > 0
+    assert data["results"]["dynamo_eager"]["scalar/float_arg[dynamic=False]"]["recompiles"] > 0
+    assert data["results"]["simaccel"]["steady/tiny_x*2+1_16"]["ratio_baseline"] == "dynamo_eager"
+    assert {t["name"] for t in data["targets"]} and data["meta"]["quick"] is True
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["bench", "--backends", "eager,tpu"], "unknown backend(s) ['tpu']"),
+    (["bench", "--json", "/nonexistent-dir/x.json"], "not a writable directory"),
+    (["bench", "--plot", "/nonexistent-dir/x.png"], "not a writable directory"),
+    (["bench", "--threads", "0"], "positive integer"),
+    (["bench", "--scenarios", "no-such-scenario", "--backends", "eager"], "no scenario matches"),
+])
+def test_bench_errors_are_one_line_and_exit_2(args, needle):
+    proc = _simaccel(*args, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert needle in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_plot_without_matplotlib_is_one_line_and_exit_2(tmp_path):
+    """``matplotlib`` made unimportable: the run stops before measuring anything."""
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from simaccel.cli import main\n"
+            f"sys.exit(main(['bench', '--quick', '--plot', {str(tmp_path / 'x.png')!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip() == ("simaccel bench: error: --plot needs matplotlib: "
+                                   "pip install 'simaccel[bench]'")
+    assert not (tmp_path / "x.png").exists()
