@@ -8,14 +8,15 @@ and lets the backend and its users add guards of their own.
 from __future__ import annotations
 
 from simaccel import errors
+from simaccel.guards.added import Guard
 from simaccel.report import CompileReport, clear_reports, reports
 from simaccel.runtime.config import DeviceConfig
 from simaccel.runtime.device import Device, configure, get_device
 
 __version__ = "0.1.0"
 
-__all__ = ["CompileReport", "Device", "DeviceConfig", "clear_reports", "configure", "errors",
-           "explain", "get_device", "reports"]
+__all__ = ["CompileReport", "Device", "DeviceConfig", "Guard", "clear_reports", "configure",
+           "errors", "explain", "get_device", "reports"]
 
 
 def explain(fn, *args, **kwargs) -> list[CompileReport]:

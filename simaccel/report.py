@@ -24,6 +24,13 @@ class CompileReport:
     ops: int = 0
 
     def __str__(self) -> str:
+        return self.render(list_kernels=True)
+
+    def summary(self) -> str:
+        """The report without the per-kernel list."""
+        return self.render(list_kernels=False)
+
+    def render(self, list_kernels: bool = True) -> str:
         lines = [f"simaccel compile report: {self.graph}",
                  f"  aten ops: {self.ops}, kernels: {len(self.kernels)}, "
                  f"compile: {self.compile_ms:.1f} ms"]
@@ -32,7 +39,7 @@ class CompileReport:
             origins[k.origin] = origins.get(k.origin, 0) + 1
         if origins:
             lines.append("  kernel sources: " + ", ".join(f"{v} {k}" for k, v in sorted(origins.items())))
-        for k in self.kernels:
+        for k in self.kernels if list_kernels else ():
             lines.append(f"    {k.name} [{k.kind}, {k.origin}]")
         if self.host_fallbacks:
             lines.append(f"  host fallbacks ({len(self.host_fallbacks)}):")

@@ -17,22 +17,43 @@ How lifted scalars reach the graph (torch 2.13.0, any ``dynamic`` setting):
   also in ``LiftedScalar.value``), and every call passes the plain Python int.
 * A scalar that only steers a branch is not a graph input at all: it is checked by a
   predicate guard (``L['alpha'] > 0.0``), so only a flip of the branch recompiles.
+
+Backend-added guards (:mod:`simaccel.guards.added`): ``Guard(source, check, name)`` objects
+from ``options={"guards": [...]}``, from backend passes (:func:`add_guard`) and simaccel's
+device guards (:func:`device_guards`, which also returns the :class:`DevicePlanFacts`).
 """
+import dataclasses
 from typing import Any
 
 import torch
 
+from simaccel.guards.added import Guard, add_guard, add_user_guards, frame_added_guards
+from simaccel.guards.device import DevicePlanFacts, device_guards
 from simaccel.guards.dynamo import assert_supported_torch
 from simaccel.guards.lift import keep_reason, lift_scalars
 from simaccel.guards.policy import LiftPolicy, SourcePattern
-from simaccel.guards.report import DroppedGuard, GuardReport, KeptGuard, LiftedScalar
+from simaccel.guards.report import (
+    AddedGuard, DroppedGuard, GuardReport, KeptGuard, LiftedScalar,
+)
 
 __all__ = [
-    "DroppedGuard", "GuardReport", "KeptGuard", "LiftPolicy", "LiftedScalar", "SourcePattern",
-    "assert_supported_torch", "keep_reason", "lift_scalars", "prepare_frame",
+    "AddedGuard", "DevicePlanFacts", "DroppedGuard", "Guard", "GuardReport", "KeptGuard",
+    "LiftPolicy", "LiftedScalar", "SourcePattern", "add_guard", "add_user_guards",
+    "assert_supported_torch", "device_guards", "frame_added_guards", "keep_reason",
+    "lift_scalars", "prepare_frame",
 ]
 
 
-def prepare_frame(gm: torch.fx.GraphModule, example_inputs: list[Any], opts: Any) -> GuardReport:
-    """Adapter for ``simaccel.backend``: :func:`lift_scalars` with ``opts.lift``/``opts.keep``."""
-    return lift_scalars(gm, example_inputs, lift=opts.lift, keep=opts.keep)
+def prepare_frame(gm: torch.fx.GraphModule, example_inputs: list[Any], opts: Any,
+                  device: Any = None) -> GuardReport:
+    """Adapter for ``simaccel.backend``: lift scalars, then add the frame's guards.
+
+    :func:`lift_scalars` with ``opts.lift``/``opts.keep`` (may raise Dynamo's restart
+    exception: let it propagate), then the user's ``opts.guards`` and, given ``device``,
+    the device guards. The report's ``added`` lists them all (and guards added later in
+    this frame compile); ``device_plan`` holds the :class:`DevicePlanFacts`.
+    """
+    report = lift_scalars(gm, example_inputs, lift=opts.lift, keep=opts.keep)
+    add_user_guards(opts.guards)
+    plan = device_guards(gm, example_inputs, device) if device is not None else None
+    return dataclasses.replace(report, added=frame_added_guards(), device_plan=plan)

@@ -23,15 +23,12 @@ remembers that a scalar is dynamic.
 from __future__ import annotations
 
 import dataclasses
-import enum
+import functools
 import importlib
 import logging
-import math
-import re
 import types
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import torch
@@ -39,6 +36,11 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from simaccel.errors import SimAccelError
+from simaccel.guards.records import (
+    GraphInput, LiftOutcome, RetraceRequest, ScalarSite, value_kind,
+)
+from simaccel.guards.sources import exact_source_regex as _exact_source_regex
+from simaccel.guards.sources import parse_source
 
 log = logging.getLogger("simaccel")
 
@@ -67,6 +69,13 @@ _REQUIRED_ATTRS: tuple[tuple[str, str], ...] = (
     ("torch._dynamo.config", "specialize_float"),
     ("torch._guards", "CompileContext.current_compile_id"),
     ("torch.compiler.config", "dynamic_sources"),
+    ("torch._guards", "Guard"),
+    ("torch._guards", "GuardsSet.add"),
+    ("torch._dynamo.guards", "get_verbose_code_parts"),
+    ("torch._dynamo.guards", "GuardBuilder.get_guard_manager"),
+    ("torch._dynamo.source", "GlobalStateSource"),
+    ("torch._dynamo.source", "TensorPropertySource"),
+    ("torch._dynamo.resume_execution", "TORCH_DYNAMO_RESUME_IN_PREFIX"),
 )
 
 
@@ -119,29 +128,6 @@ def current_compile_id() -> str:
     return str(CompileContext.current_compile_id())
 
 
-@dataclass(frozen=True)
-class ScalarSite:
-    """A value guard of the frame: a Python value Dynamo baked in and guards on by value.
-
-    ``kind`` is ``float``, ``int``, ``bool``, ``str``, ``None``, ``enum`` or a type name;
-    ``where`` says where the value lives (argument, global, closure cell, nn.Module
-    attribute, object attribute, dict item, list item, ...).
-    """
-
-    source: str
-    value: Any
-    kind: str
-    where: str
-    guard: str
-
-    @property
-    def liftable(self) -> bool:
-        """A finite float or an int (not bool): what Dynamo can turn into a graph input."""
-        if self.kind == "float":
-            return math.isfinite(self.value)
-        return self.kind == "int"
-
-
 def value_guard_sites() -> list[ScalarSite]:
     """Every value guard (CONSTANT_MATCH / EQUALS_MATCH) of the frame, one site per source."""
     out = _output_graph()
@@ -157,7 +143,7 @@ def value_guard_sites() -> list[ScalarSite]:
             log.debug("simaccel: cannot read %s: %s", guard.name, err)
             continue
         sites[guard.name] = ScalarSite(
-            guard.name, value, _kind(value), _where(out, source),
+            guard.name, value, value_kind(value), _where(out, source),
             f"{kind_name}: {guard.name} == {value!r}")
     return list(sites.values())
 
@@ -166,14 +152,6 @@ def _source_value(out: Any, source: Any) -> Any:
     from torch._dynamo.guards import _get_closure_vars
     scope = {"L": out.local_scope, "G": out.global_scope}
     return source.get_value(scope, dict(_get_closure_vars()), {})
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "None"
-    if isinstance(value, enum.Enum):
-        return "enum"
-    return type(value).__name__
 
 
 def _where(out: Any, source: Any) -> str:
@@ -272,23 +250,6 @@ def symbol_predicates(sources: Iterable[str]) -> dict[str, list[str]]:
 
 # ---------------------------------------------------------------- after the re-trace
 
-@dataclass(frozen=True)
-class LiftOutcome:
-    """How one requested source came out of the re-trace.
-
-    ``status``: ``input`` (a graph placeholder), ``guard_only`` (not in the graph, only a
-    predicate guard uses it), ``shape`` (its symbol became part of a tensor shape),
-    ``specialized`` (Dynamo pinned it to its value, e.g. ``range(n)``), or ``not_lifted``.
-    """
-
-    source: str
-    status: str
-    placeholder: str | None = None
-    input_index: int | None = None
-    example: Any = None
-    predicates: tuple[str, ...] = ()
-
-
 def _placeholders(gm: torch.fx.GraphModule) -> dict[str, tuple[int, torch.fx.Node]]:
     """Source name -> (input index, placeholder node) for the graph's Dynamo inputs."""
     found = {}
@@ -341,7 +302,7 @@ def scalar_inputs(gm: torch.fx.GraphModule) -> list[tuple[ScalarSite, LiftOutcom
             value = _source_value(out, grapharg.source)
         except Exception:  # noqa: BLE001 - fall back to the traced example
             value = grapharg.example
-        site = ScalarSite(name, value, _kind(value), _where(out, grapharg.source), "")
+        site = ScalarSite(name, value, value_kind(value), _where(out, grapharg.source), "")
         found.append((site, LiftOutcome(name, "input", node.name, index,
                                         node.meta.get("example_value"),
                                         tuple(predicates.get(name, ())))))
@@ -397,23 +358,6 @@ def unliftable() -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- asking for a re-trace
-
-@dataclass
-class RetraceRequest:
-    """Sources simaccel asked Dynamo to lift in the compile ``compile_id``.
-
-    ``before`` holds the readable guards of the first trace; ``demoted`` the sources taken
-    back out after a previous re-trace, with the reason. ``rounds`` counts re-traces asked.
-    """
-
-    compile_id: str
-    sites: dict[str, ScalarSite]
-    before: dict[str, tuple[str, ...]]
-    demoted: dict[str, str] = field(default_factory=dict)
-    rounds: int = 1
-    undo_config: list[Callable[[], None]] = field(default_factory=list)
-    undo_frame_state: list[Callable[[], None]] = field(default_factory=list)
-
 
 _PENDING: dict[str, RetraceRequest] = {}
 
@@ -476,18 +420,6 @@ def _patch(obj: Any, name: str, new: Callable[[Any], Any],
     undo.append(lambda: setattr(obj, name, old))
 
 
-def _exact_source_regex(name: str) -> str:
-    """A ``dynamic_sources`` entry matching exactly ``name``.
-
-    Entries are regexes split on ',' with spaces removed and an optional ':N' suffix, so
-    those characters are written as escapes that survive that parsing.
-    """
-    escaped = re.escape(name)
-    for char, code in ((" ", r"\x20"), (",", r"\x2c"), (":", r"\x3a")):
-        escaped = escaped.replace("\\" + char, code).replace(char, code)
-    return escaped + "$"
-
-
 def _seed_frame_state(names: Sequence[str], undo: list[Callable[[], None]]) -> None:
     """Mark ``names`` auto-dynamic in the frame state of every code object traced."""
     from torch._dynamo import pgo
@@ -517,3 +449,148 @@ def _on_compile_end(_args: Any) -> None:
     while _PENDING:
         _, request = _PENDING.popitem()
         _run_undo(request.undo_config)
+
+
+# ---------------------------------------------------------------- backend-added guards
+
+# How a backend guard reaches Dynamo (torch 2.13.0): a ``torch._guards.Guard`` added to the
+# OutputGraph's guards set while the backend runs is turned into the frame's guard manager
+# tree by ``CheckFunctionManager`` after the backend returns, like Dynamo's own guards. Its
+# create function (``SIMACCEL_GUARD``) asks the GuardBuilder for the manager of its source
+# and hangs a C++ LAMBDA_GUARD leaf on it; the code part is what Dynamo's printout shows.
+# A check that raises at call time is treated by the C++ leaf as a failed guard: Dynamo
+# logs the exception text as the recompile reason and recompiles the frame.
+
+# id(OutputGraph) -> (weak reference to it, its slots). OutputGraph is not hashable; the
+# weak reference's callback drops the entry when the OutputGraph goes.
+_FRAME_SLOTS: dict[int, tuple[weakref.ref[Any], dict[Any, Any]]] = {}
+
+
+def frame_slot(factory: Callable[[], Any]) -> Any:
+    """A per-frame-compile object (one per OutputGraph, made by ``factory`` on first use).
+
+    A restart of the trace gets a fresh OutputGraph, hence a fresh slot: guards installed
+    on an abandoned trace are dropped together with it.
+    """
+    out = _output_graph()
+    ref, slots = _FRAME_SLOTS.get(id(out), (None, {}))
+    if ref is None or ref() is not out:
+        key = id(out)
+        slots = {}
+        _FRAME_SLOTS[key] = (weakref.ref(out, lambda _: _FRAME_SLOTS.pop(key, None)), slots)
+    if factory not in slots:
+        slots[factory] = factory()
+    return slots[factory]
+
+
+def in_resume_frame() -> bool:
+    """Whether the frame being compiled is Dynamo's continuation after a graph break."""
+    from torch._dynamo.resume_execution import TORCH_DYNAMO_RESUME_IN_PREFIX
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+    _output_graph()  # raises a clear error outside a compile
+    return InstructionTranslator.current_tx().f_code.co_name.startswith(
+        TORCH_DYNAMO_RESUME_IN_PREFIX)
+
+
+def resolve_source(text: str | None) -> Any:
+    """The Dynamo ``Source`` named by ``text`` (``L['x']``, ``G['CFG']['k']``, ``L['m'].a``).
+
+    ``None`` is the frame itself (the root of the guard tree). A graph input's own source
+    object is reused when its name matches. Raises ``ValueError`` for text that is not a
+    chain of ``L[...]``/``G[...]``, ``.attr`` and ``[constant]``, ``LookupError`` when the
+    frame has no such value.
+    """
+    from torch._dynamo import source as S
+    out = _output_graph()
+    if text is None:
+        return S.GlobalStateSource()
+    (scope, name), steps = parse_source(text)
+    source = S.LocalSource(name) if scope == "L" else S.GlobalSource(name)
+    for step, key in steps:
+        if step == "attr":
+            source = S.AttrSource(source, key)
+            continue
+        try:
+            container = _source_value(out, source)
+        except Exception:  # noqa: BLE001 - reported below, on the full source
+            container = None
+        source = (S.DictGetItemSource if isinstance(container, dict) else S.GetItemSource)(
+            source, key)
+    known = _graph_arg_sources(out).get(source.name)
+    if known is not None and not known.guard_source.is_specialized_nn_module():
+        source = known
+    try:
+        _source_value(out, source)
+    except Exception as err:  # noqa: BLE001 - any failure to read means "no such value"
+        raise LookupError(f"the frame has no value {source.name} "
+                          f"({type(err).__name__}: {err})") from err
+    return source
+
+
+def _graph_arg_sources(out: Any) -> dict[str, Any]:
+    """Name -> source object of every graph input of the frame and of their bases."""
+    found: dict[str, Any] = {}
+    for grapharg in out.graphargs:
+        source = grapharg.source
+        while source is not None:
+            found.setdefault(source.name, source)
+            source = getattr(source, "base", None)
+    return found
+
+
+def frame_value(source: Any) -> Any:
+    """The value behind ``source`` in the frame being compiled (the frame's locals for the
+    frame-level source)."""
+    from torch._dynamo.source import GlobalStateSource
+    out = _output_graph()
+    if isinstance(source, GlobalStateSource):
+        return out.local_scope
+    return _source_value(out, source)
+
+
+def install_lambda_guard(source: Any, guard_fn: Callable[[Any], object], code_part: str) -> None:
+    """Add ``guard_fn(value)`` to the frame's guards as a LAMBDA_GUARD on ``source``'s
+    manager (on the root for the frame-level source), shown as ``code_part``."""
+    from torch._guards import Guard as DynamoGuard
+    create = functools.partial(SIMACCEL_GUARD, guard_fn=guard_fn, code_part=code_part)
+    _output_graph().guards.add(DynamoGuard(source, create), collect_debug_stack=False)
+
+
+def SIMACCEL_GUARD(builder: Any, guard: Any, *, guard_fn: Callable[[Any], object],  # noqa: N802
+                   code_part: str) -> None:
+    """Create function of a simaccel guard (named like Dynamo's own guard kinds)."""
+    from torch._dynamo.guards import get_verbose_code_parts
+    from torch._dynamo.source import GlobalStateSource
+    parts = get_verbose_code_parts(code_part, guard)
+    if isinstance(guard.originating_source, GlobalStateSource):
+        builder.guard_manager.root.add_lambda_guard(guard_fn, parts, None)
+    else:
+        builder.get_guard_manager(guard).add_lambda_guard(guard_fn, parts, None)
+
+
+def graph_inputs(gm: torch.fx.GraphModule) -> list[GraphInput]:
+    """Every placeholder of ``gm`` with its source and current frame value."""
+    from torch._dynamo.source import TensorPropertySource
+    out = _output_graph()
+    found = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for index, node in enumerate(placeholders):
+        grapharg = node.meta.get("grapharg")
+        source = getattr(grapharg, "source", None)
+        example = node.meta.get("example_value")
+        if source is None:
+            found.append(GraphInput(index, None, example))
+            continue
+        prop = None
+        try:
+            if isinstance(source, TensorPropertySource):
+                method = source.prop.method_name()
+                prop = (source.base.name, method, source.idx)
+                base = _source_value(out, source.base)
+                value = getattr(base, method)(*(() if source.idx is None else (source.idx,)))
+            else:
+                value = _source_value(out, source)
+        except Exception:  # noqa: BLE001 - callers treat the example conservatively
+            value = example
+        found.append(GraphInput(index, source.name, value, prop))
+    return found

@@ -6,6 +6,7 @@ are meant for the codegen and for tests.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 # How a lifted scalar reaches the compiled graph (``LiftedScalar.arrives_as``).
 ARRIVES_AS_TENSOR = "float64 0-d tensor"
@@ -72,11 +73,35 @@ class KeptGuard:
 
 
 @dataclass(frozen=True)
+class AddedGuard:
+    """A guard the backend or a user added to the frame (see :mod:`simaccel.guards.added`).
+
+    ``text`` is the guard as Dynamo's guard printout shows it (``name: expression``);
+    ``compiled_result`` is the check's result recorded at compile time (the guard passes
+    while the check keeps giving it); ``added_by`` is ``user``, ``simaccel`` (device
+    guards) or ``backend`` (a backend pass).
+    """
+
+    name: str
+    source: str
+    text: str
+    compiled_result: bool
+    added_by: str
+
+    def __str__(self) -> str:
+        where = self.source or "the frame"
+        return f"{self.text}  [on {where}, added by {self.added_by}]"
+
+
+@dataclass(frozen=True)
 class GuardReport:
     """What :func:`simaccel.guards.lift_scalars` did for one graph.
 
     ``retraced`` is True when Dynamo re-traced the frame so that the lifted scalars became
     graph inputs; ``warnings`` lists what could not be done (also logged on ``simaccel``).
+    ``added`` lists the guards added to the frame: a live list, so guards that backend passes
+    add later in the same frame compile appear too. ``device_plan`` holds the
+    :class:`~simaccel.guards.device.DevicePlanFacts` the device guards pin (or ``None``).
     """
 
     policy: str
@@ -85,6 +110,8 @@ class GuardReport:
     kept: tuple[KeptGuard, ...] = ()
     retraced: bool = False
     warnings: tuple[str, ...] = field(default=())
+    added: list[AddedGuard] = field(default_factory=list, compare=False)
+    device_plan: Any = field(default=None, compare=False)
 
     @property
     def lifted_sources(self) -> tuple[str, ...]:
@@ -103,9 +130,12 @@ class GuardReport:
             ("lifted scalars", self.lifted),
             ("guards dropped (before -> after)", self.dropped),
             ("value guards kept", self.kept),
+            ("added guards", tuple(self.added)),
             ("warnings", self.warnings),
         ]
         for title, items in sections:
             lines.append(f"  {title}: {len(items) if items else 'none'}")
             lines.extend(f"    {item}" for item in items)
+        if self.device_plan is not None:
+            lines.append(f"  device plan: {self.device_plan}")
         return "\n".join(lines)

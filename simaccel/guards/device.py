@@ -1,0 +1,161 @@
+"""simaccel's own device guards: the facts a compiled graph's device plan specializes on.
+
+For one Dynamo graph, :func:`device_guards` reads, per graph input (the positions of
+``example_inputs``), the compile-time fact the runtime plan is built for, and guards it:
+
+* tensor input: ``{"aligned": bool}``: its data pointer is a multiple of
+  ``DeviceConfig.alignment`` (bytes), so one direct DMA descriptor can copy it; otherwise
+  it goes through a staging buffer. Guard ``simaccel.aligned`` on the tensor.
+* int input (a lifted Python int or a size symbol, a SymInt in the graph):
+  ``{"int_bits": 32|64}``: the constant-bank slot it is fed to (32-bit when
+  ``-2**31 <= v < 2**31``). Guard ``simaccel.int_slot`` on the value.
+* the device config in force (``simaccel.configure``): memory plan, DMA plan and kernels
+  are made for it. Guard ``simaccel.device_config`` on the frame.
+
+An input whose fact cannot be guarded (no readable source, e.g. the 0-d tensor Dynamo makes
+per call for a lifted float) gets the fact that is correct for any value: not aligned
+(staging) and 64 bits.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from simaccel.errors import InvalidOptionError
+from simaccel.guards import dynamo
+from simaccel.guards.added import Guard, add_guard
+from simaccel.guards.report import AddedGuard
+
+log = logging.getLogger("simaccel")
+
+INT_SLOT = "simaccel.int_slot"
+ALIGNED = "simaccel.aligned"
+DEVICE_CONFIG = "simaccel.device_config"
+INT32_MIN = -(2 ** 31)
+INT32_END = 2 ** 31  # exclusive
+
+
+@dataclass(frozen=True)
+class DevicePlanFacts:
+    """Compile-time facts of one Dynamo graph that its device plan is built on.
+
+    ``inputs`` maps an ``example_inputs`` index to ``{"aligned": bool}`` (tensor inputs) or
+    ``{"int_bits": 32 | 64}`` (int inputs); other inputs are absent. ``alignment`` (bytes)
+    and ``config_key`` are those of the device config in force at compile time. ``guards``
+    are the device guards installed for these facts.
+    """
+
+    alignment: int
+    config_key: tuple
+    inputs: Mapping[int, Mapping[str, Any]]
+    guards: tuple[AddedGuard, ...] = ()
+
+    def __getitem__(self, index: int) -> Mapping[str, Any]:
+        return self.inputs[index]
+
+    def aligned(self, index: int) -> bool:
+        """Whether tensor input ``index`` takes the direct DMA path (False if not a tensor)."""
+        return bool(self.inputs.get(index, {}).get("aligned", False))
+
+    def int_bits(self, index: int) -> int:
+        """Constant-bank slot width (bits) of int input ``index`` (64 if not an int input)."""
+        return int(self.inputs.get(index, {}).get("int_bits", 64))
+
+    def __str__(self) -> str:
+        parts = [f"{i}: " + ", ".join(f"{k}={v}" for k, v in fact.items())
+                 for i, fact in sorted(self.inputs.items())]
+        return f"alignment {self.alignment} bytes; inputs {{{'; '.join(parts)}}}"
+
+
+def fits_int32(value: int) -> bool:
+    """True if ``value`` fits a signed 32-bit constant-bank slot."""
+    return INT32_MIN <= value < INT32_END
+
+
+def device_guards(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                  device: Any) -> DevicePlanFacts:
+    """Install simaccel's device guards on the frame being compiled; return the facts.
+
+    ``device`` is the simulated device (``simaccel.get_device()``): anything with a
+    ``config`` carrying ``alignment`` (bytes) and ``key()``. Call it inside the CompilerFn,
+    after :func:`simaccel.guards.lift_scalars` returned (a re-trace drops earlier guards).
+    """
+    config = device.config
+    alignment = int(config.alignment)
+    added = [_config_guard(device)]
+    inputs: dict[int, dict[str, Any]] = {}
+    for graph_input in dynamo.graph_inputs(gm):
+        example = example_inputs[graph_input.index]
+        if isinstance(example, torch.Tensor):
+            fact, guard = _tensor_fact(graph_input, alignment)
+        elif isinstance(example, (int, torch.SymInt)) and not isinstance(example, bool):
+            fact, guard = _int_fact(graph_input, example)
+        else:
+            continue
+        if guard is not None and not _try_add(guard, added):
+            fact = {"aligned": False} if "aligned" in fact else {"int_bits": 64}
+        inputs[graph_input.index] = fact
+    return DevicePlanFacts(alignment, config.key(), inputs, tuple(added))
+
+
+def _config_guard(device: Any) -> AddedGuard:
+    config = device.config
+    key = config.key()
+
+    def config_unchanged(_frame_locals: Any) -> bool:
+        current = device.config
+        return current is config or current.key() == key
+
+    return add_guard(Guard(None, config_unchanged, DEVICE_CONFIG,
+                           f"simaccel.get_device().config.key() == {config!r}.key()"),
+                     added_by="simaccel")
+
+
+def _tensor_fact(graph_input: dynamo.GraphInput,
+                 alignment: int) -> tuple[dict[str, Any], Guard | None]:
+    value = graph_input.value
+    if graph_input.source is None or not isinstance(value, torch.Tensor):
+        return {"aligned": False}, None  # a tensor Dynamo makes per call: no pointer to pin
+    aligned = value.data_ptr() % alignment == 0
+
+    def is_aligned(t: torch.Tensor) -> bool:
+        return t.data_ptr() % alignment == 0
+
+    return {"aligned": aligned}, Guard(
+        graph_input.source, is_aligned, ALIGNED,
+        f"{graph_input.source}.data_ptr() % {alignment} == 0")
+
+
+def _int_fact(graph_input: dynamo.GraphInput,
+              example: Any) -> tuple[dict[str, Any], Guard | None]:
+    value = graph_input.value
+    if not isinstance(value, int) or graph_input.source is None:
+        # int() of a SymInt would add a shape guard (specializing it): use its hint.
+        hint = getattr(getattr(example, "node", None), "hint", example)
+        return {"int_bits": 32 if isinstance(hint, int) and fits_int32(hint) else 64}, None
+    fact = {"int_bits": 32 if fits_int32(value) else 64}
+    text = f"{INT32_MIN} <= {graph_input.source} < {INT32_END}"
+    if graph_input.tensor_property is None:
+        return fact, Guard(graph_input.source, fits_int32, INT_SLOT, text)
+    base, method, dim = graph_input.tensor_property
+    args = () if dim is None else (dim,)
+
+    def property_fits(t: torch.Tensor) -> bool:
+        return fits_int32(getattr(t, method)(*args))
+
+    return fact, Guard(base, property_fits, INT_SLOT, text)
+
+
+def _try_add(guard: Guard, added: list[AddedGuard]) -> bool:
+    """Install a device guard; a source Dynamo cannot guard keeps the safe fact instead."""
+    try:
+        added.append(add_guard(guard, added_by="simaccel"))
+    except InvalidOptionError as err:
+        log.debug("simaccel: no %s guard on %s (%s); using the safe plan", guard.name,
+                  guard.source, err)
+        return False
+    return True
