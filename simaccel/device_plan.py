@@ -59,6 +59,19 @@ def frame_device_plan(example_inputs: list[Any], alignment: int) -> DevicePlan:
     return plan
 
 
+def plan_from_guarded_facts(facts: Any, example_inputs: list[Any]) -> DevicePlan:
+    """The plan the frame's device guards pin (``GuardReport.device_plan``): exactly what is
+    guarded, so a call that would break it recompiles first. Parameters become resident."""
+    plan = DevicePlan()
+    for index, fact in facts.inputs.items():
+        if "aligned" in fact:
+            plan.aligned[index] = bool(fact["aligned"])
+        if "int_bits" in fact:
+            plan.int_dtypes[index] = f"int{fact['int_bits']}"
+    plan.resident = {i for i, v in enumerate(example_inputs) if isinstance(v, torch.nn.Parameter)}
+    return plan
+
+
 def _is_fake(t: torch.Tensor) -> bool:
     return type(t).__name__ == "FakeTensor" or t.device.type == "meta"
 
