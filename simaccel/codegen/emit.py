@@ -25,6 +25,13 @@ HEADER = (
 )
 
 
+def index_source(offset: str) -> str:
+    """An element index as an unsigned integer. Offsets are never negative, and numba skips
+    its negative-index wraparound for unsigned indices: with a signed index LLVM cannot
+    vectorise loops whose bounds it does not know (every prange chunk), ~7x slower."""
+    return f"np.uint64({offset})"
+
+
 def dtype_ctor(dtype: str) -> str:
     return "bool" if dtype == "bool" else f"np.{dtype}"
 
@@ -67,7 +74,7 @@ class BodyEmitter:
         if isinstance(expr, Load):
             idx = [f"np.int64({self.value(e)})" for e in expr.index_exprs]
             offset = expr.offset.format(*idx) if idx else expr.offset
-            return self._new(f"{expr.buffer}[{offset}]")
+            return self._new(f"{expr.buffer}[{index_source(offset)}]")
         if isinstance(expr, IndexValue):
             return self._new(f"{dtype_ctor(expr.dtype)}({expr.index})")
         if isinstance(expr, Op):
@@ -112,9 +119,9 @@ def emit_pointwise(k: PointwiseKernel) -> tuple[str, list[str]]:
         idx = [f"np.int64({body.value(e)})" for e in k.store_index_exprs]
         offset = k.store_offset.format(*idx)
         op = "+=" if k.accumulate else "="
-        store = f"{indent}{k.out.buffer}[{offset}] {op} {result}"
+        store = f"{indent}{k.out.buffer}[{index_source(offset)}] {op} {result}"
     else:
-        store = f"{indent}{k.out.buffer}[{k.out.offset_source(k.index)}] = {result}"
+        store = f"{indent}{k.out.buffer}[{index_source(k.out.offset_source(k.index))}] = {result}"
     src = (HEADER + "\n\n" + _decorator(parallel) + f"def kernel({', '.join(args)}):\n"
            + "\n".join(lines + body.lines + [store]) + "\n")
     return src, args
@@ -177,7 +184,7 @@ def emit_reduction(k: ReductionKernel) -> tuple[str, list[str]]:
         combine.append(f"{inner}ridx += 1")
     result = "arg" if is_arg else (k.finalize.format(acc="acc") if k.finalize else "acc")
     out_ctor = dtype_ctor("int64" if is_arg else k.out_dtype)
-    store = f"{indent}{k.out.buffer}[{k.out_offset_src}] = {out_ctor}({result})"
+    store = f"{indent}{k.out.buffer}[{index_source(k.out_offset_src)}] = {out_ctor}({result})"
     fast = k.reduce_op == "sum" and is_float(k.acc_dtype)
     src = (HEADER + "\n\n" + _decorator(parallel, fastmath=fast)
            + f"def kernel({', '.join(args)}):\n"

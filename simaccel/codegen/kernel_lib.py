@@ -11,13 +11,16 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic, overload
 
 _jit = numba.njit(cache=True, inline="always", error_model="numpy")
 
 
-@_jit
 def maximum(a, b):
-    """torch.maximum: NaN if either operand is NaN."""
+    """torch.maximum: NaN if either operand is NaN. In kernels, floats lower to LLVM's
+    ``llvm.maximum`` (branch-free, so max reductions vectorise)."""
     if a != a:
         return a
     if b != b:
@@ -25,14 +28,44 @@ def maximum(a, b):
     return a if a > b else b
 
 
-@_jit
 def minimum(a, b):
-    """torch.minimum: NaN if either operand is NaN."""
+    """torch.minimum: NaN if either operand is NaN (``llvm.minimum`` in kernels)."""
     if a != a:
         return a
     if b != b:
         return b
     return a if a < b else b
+
+
+def _llvm_float_binary(name: str):
+    """An intrinsic calling ``llvm.<name>.f32/f64`` on two floats of the same type."""
+    @intrinsic
+    def call(typingctx, a, b):
+        def codegen(context, builder, signature, args):
+            bits = 32 if signature.args[0] == types.float32 else 64
+            fnty = ir.FunctionType(args[0].type, [args[0].type, args[1].type])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, f"llvm.{name}.f{bits}")
+            return builder.call(fn, args)
+        return a(a, b), codegen
+    return call
+
+
+_llvm_maximum = _llvm_float_binary("maximum")
+_llvm_minimum = _llvm_float_binary("minimum")
+
+
+@overload(maximum, jit_options={"cache": True})
+def _maximum_impl(a, b):
+    if isinstance(a, types.Float) and a == b:
+        return lambda a, b: _llvm_maximum(a, b)
+    return lambda a, b: a if (a != a or a > b) else b
+
+
+@overload(minimum, jit_options={"cache": True})
+def _minimum_impl(a, b):
+    if isinstance(a, types.Float) and a == b:
+        return lambda a, b: _llvm_minimum(a, b)
+    return lambda a, b: a if (a != a or a < b) else b
 
 
 @_jit
