@@ -140,6 +140,20 @@ def add_user_guards(guards: Iterable[Guard]) -> list[AddedGuard]:
     return added
 
 
+def record_shape_env_guard(name: str, source: str, text: str, result: bool) -> AddedGuard:
+    """List a guard simaccel installed through Dynamo's symbolic-shape guards (no lambda
+    of its own) in this frame's added guards, so reports show it by name."""
+    frame = dynamo.frame_slot(_FrameGuards)
+    existing = frame.by_key.get((name, source))
+    if existing is not None:
+        return existing
+    record = AddedGuard(name, source, f"{name}: {text}  [symbolic-shape guard]", result,
+                        "simaccel")
+    frame.by_key[(name, source)] = record
+    frame.added.append(record)
+    return record
+
+
 def frame_added_guards() -> list[AddedGuard]:
     """The guards added so far in this frame compile: a live list (later additions, e.g.
     by passes inside AOTAutograd's compilers, appear in it too)."""

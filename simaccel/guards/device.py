@@ -27,7 +27,7 @@ import torch
 
 from simaccel.errors import InvalidOptionError
 from simaccel.guards import dynamo
-from simaccel.guards.added import Guard, add_guard
+from simaccel.guards.added import Guard, add_guard, record_shape_env_guard
 from simaccel.guards.report import AddedGuard
 
 log = logging.getLogger("simaccel")
@@ -96,7 +96,9 @@ def device_guards(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             fact, guard = _int_fact(graph_input, example)
         else:
             continue
-        if guard is not None and not _try_add(guard, added):
+        if isinstance(guard, AddedGuard):
+            added.append(guard)
+        elif guard is not None and not _try_add(guard, added):
             fact = {"aligned": False} if "aligned" in fact else {"int_bits": 64}
         inputs[graph_input.index] = fact
     return DevicePlanFacts(alignment, config.key(), inputs, tuple(added))
@@ -131,8 +133,17 @@ def _tensor_fact(graph_input: dynamo.GraphInput,
 
 
 def _int_fact(graph_input: dynamo.GraphInput,
-              example: Any) -> tuple[dict[str, Any], Guard | None]:
+              example: Any) -> tuple[dict[str, Any], Guard | AddedGuard | None]:
     value = graph_input.value
+    if graph_input.source is not None and graph_input.tensor_property is None:
+        # A lifted int is a SymInt: its slot guard joins Dynamo's symbolic-shape guards,
+        # which run without a Python call, so lifting costs no guard time over Dynamo's own
+        # value guard. Listed in the report as a shape-env guard.
+        fits = dynamo.guard_symint_range(example, INT32_MIN, INT32_END)
+        if fits is not None:
+            text = f"{INT32_MIN} <= {graph_input.source} < {INT32_END}"
+            return {"int_bits": 32 if fits else 64}, record_shape_env_guard(
+                INT_SLOT, graph_input.source, text if fits else f"not ({text})", fits)
     if not isinstance(value, int) or graph_input.source is None:
         # int() of a SymInt would add a shape guard (specializing it): use its hint.
         hint = getattr(getattr(example, "node", None), "hint", example)

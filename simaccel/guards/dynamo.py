@@ -594,3 +594,16 @@ def graph_inputs(gm: torch.fx.GraphModule) -> list[GraphInput]:
             value = example
         found.append(GraphInput(index, source.name, value, prop))
     return found
+
+
+def guard_symint_range(value: Any, low: int, high_exclusive: int) -> bool | None:
+    """Record ``low <= value < high_exclusive`` for a SymInt as a shape-env guard of the
+    frame being compiled (evaluated with Dynamo's other symbolic-shape guards, no Python
+    call per frame call). Returns the result at compile time, or None if ``value`` is not
+    a backed SymInt."""
+    node = getattr(value, "node", None)
+    if not isinstance(value, torch.SymInt) or node is None or node.hint is None:
+        return None
+    from torch.fx.experimental.symbolic_shapes import guard_bool
+    # One boolean expression, so the guard is "fits" or "does not fit", not two ranges.
+    return guard_bool((value >= low) & (value < high_exclusive))
