@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+
+from simaccel.demo import TinyBlock
 
 
 def mlp(d_in: int = 16, hidden: int = 32, d_out: int = 4) -> nn.Module:
@@ -20,21 +21,13 @@ def cnn() -> nn.Module:
 
 
 class TransformerBlock(nn.Module):
-    """Embedding, layer norm, causal attention, GELU-tanh MLP, residuals."""
+    """Embedding, then the demo's block: layer norm, causal attention, GELU-tanh MLP,
+    residuals."""
 
     def __init__(self, vocab: int = 50, dim: int = 32, heads: int = 4):
         super().__init__()
-        self.heads = heads
         self.emb = nn.Embedding(vocab, dim)
-        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.ff1, self.ff2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+        self.block = TinyBlock(dim, heads)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.emb(tokens)
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
-        return x + self.ff2(F.gelu(self.ff1(self.ln2(x)), approximate="tanh"))
+        return self.block(self.emb(tokens))
