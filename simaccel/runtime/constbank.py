@@ -7,6 +7,8 @@ slot (the backend guards that it keeps fitting), floats and wider ints 8 bytes.
 """
 from __future__ import annotations
 
+import math
+import struct
 from typing import Any
 
 import numpy as np
@@ -29,6 +31,8 @@ class ConstantBank:
         self.nbytes = max(-(-offset // 8) * 8, 8)
         self.host = np.zeros(self.nbytes, np.uint8)
         self.valid = False  # the device copy matches ``host``
+        self._last: tuple | None = None  # the values ``host`` holds (see _value_key)
+        self._layout = struct.Struct(_struct_format(slots, self.offsets, self.nbytes))
 
     def views(self, bank: np.ndarray) -> dict[str, np.ndarray]:
         """Typed 1-element views of each slot in the device bank ``bank`` (uint8)."""
@@ -37,18 +41,53 @@ class ConstantBank:
 
     def pack(self, args: list[Any]) -> bool:
         """Write the call's values into the host image; True if the device must be updated."""
-        packed = np.zeros_like(self.host)
-        for (index, name, dtype), off in zip(self.slots, self.offsets):
-            try:
-                value = np.asarray(args[index], dtype=dtype).reshape(1)
-            except OverflowError as exc:
-                raise SimAccelError(
-                    f"scalar input {index} ({name}) = {args[index]} does not fit its "
-                    f"{dtype.itemsize * 8}-bit constant-bank slot; the slot guard should have "
-                    f"recompiled this graph (please report this)") from exc
-            packed[off:off + dtype.itemsize] = value.view(np.uint8)
-        if self.valid and np.array_equal(packed, self.host):
-            return False
-        self.host[:] = packed
+        key = tuple(_value_key(args[index]) for index, _, _ in self.slots)
+        if self.valid and key == self._last:
+            return False  # the common case (nothing changed) costs one tuple compare
+        values = [_python_value(k) for k in key]
+        try:
+            self._layout.pack_into(self.host, 0, *values)
+        except (struct.error, OverflowError) as exc:
+            raise self._overflow(values) from exc
+        self._last = key
         self.valid = True
         return True
+
+    def _overflow(self, values: list[Any]) -> SimAccelError:
+        for (index, name, dtype), value in zip(self.slots, values):
+            try:
+                np.asarray(value, dtype=dtype)
+            except OverflowError:
+                return SimAccelError(
+                    f"scalar input {index} ({name}) = {value} does not fit its "
+                    f"{dtype.itemsize * 8}-bit constant-bank slot; the slot guard should have "
+                    f"recompiled this graph (please report this)")
+        return SimAccelError(f"constant bank: cannot pack {values}")
+
+
+_STRUCT_CODES = {"float64": "d", "float32": "f", "int64": "q", "int32": "i", "int16": "h",
+                 "int8": "b", "uint8": "B", "bool": "?"}
+
+
+def _struct_format(slots: list[tuple[int, str, np.dtype]], offsets: list[int],
+                   nbytes: int) -> str:
+    """A little-endian struct layout matching the bank's slots and padding."""
+    fmt, cursor = "<", 0
+    for (_, _, dtype), off in zip(slots, offsets):
+        fmt += "x" * (off - cursor) + _STRUCT_CODES[dtype.name]
+        cursor = off + dtype.itemsize
+    return fmt + "x" * (nbytes - cursor)
+
+
+def _python_value(key: Any) -> Any:
+    return key[0] if isinstance(key, tuple) else key
+
+
+def _value_key(value: Any) -> Any:
+    """A value's identity for change detection: equal keys mean equal bytes in the bank
+    (the sign of a float zero counts; NaN never compares equal, so it is simply re-sent)."""
+    if isinstance(value, np.ndarray):
+        value = value.item()
+    if isinstance(value, float) and value == 0.0:
+        return (value, math.copysign(1.0, value))
+    return value

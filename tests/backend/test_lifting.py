@@ -101,3 +101,11 @@ def test_nan_and_inf_values_are_correct():
     compiled = torch.compile(lambda x, a: x * a, backend="simaccel", dynamic=False)
     for a in (1.5, math.nan, math.inf, -math.inf, 2.5):
         torch.testing.assert_close(compiled(x, a), x * a, equal_nan=True)
+
+
+def test_signed_zero_change_reaches_the_device():
+    x = torch.ones(4)
+    compiled = torch.compile(lambda x, a: x * a, backend="simaccel", dynamic=False)
+    for a in (0.0, -0.0, 0.0, 2.0, -0.0):
+        out = compiled(x, a)
+        assert torch.equal(torch.signbit(out), torch.signbit(x * a)), a
