@@ -154,9 +154,14 @@ def int_pow(a, b):
     return result
 
 
-@_jit
 def sigmoid(a):
+    """1 / (1 + exp(-a)); float32 through the vectorisable exp."""
     return 1.0 / (1.0 + np.exp(-a))
+
+
+@overload(sigmoid, jit_options={"cache": True})
+def _sigmoid_impl(a):
+    return lambda a: 1.0 / (1.0 + vexp(-a))
 
 
 @_jit
@@ -167,3 +172,78 @@ def erf(a):
 @_jit
 def round_half_even(a):
     return np.rint(a)
+
+
+# --------------------------------------------------------------------------- vector math
+# numba calls libm's expf/tanhf one element at a time (llvmlite has no vector math library),
+# which stops LLVM from vectorising any loop that uses them. These float32 versions are
+# plain arithmetic plus a bit cast (Cephes' expf/tanhf, ~1 ulp), so their loops vectorise.
+# The Python bodies are the reference used under NUMBA_DISABLE_JIT.
+
+
+@intrinsic
+def _int32_as_float32(typingctx, i):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.int32), codegen
+
+
+def vexp(x):
+    """exp(x): float32 without libm in kernels."""
+    return np.exp(x)
+
+
+def vtanh(x):
+    """tanh(x): float32 without libm in kernels."""
+    return np.tanh(x)
+
+
+def _expf(x):
+    f = np.float32
+    xc = min(max(x, f(-104.0)), f(89.0))
+    fx = (xc * f(1.44269504088896341) + f(12582912.0)) - f(12582912.0)  # round to nearest
+    r = xc - fx * f(0.693359375) - fx * f(-2.12194440e-4)
+    z = r * r
+    p = f(1.9875691500e-4) * r + f(1.3981999507e-3)
+    p = p * r + f(8.3334519073e-3)
+    p = p * r + f(4.1665795894e-2)
+    p = p * r + f(1.6666665459e-1)
+    p = p * r + f(5.0000001201e-1)
+    y = p * z + r + f(1.0)
+    n = np.int32(fx)
+    n1 = n >> np.int32(1)
+    s1 = _int32_as_float32((n1 + np.int32(127)) << np.int32(23))
+    s2 = _int32_as_float32((n - n1 + np.int32(127)) << np.int32(23))
+    out = y * s1 * s2
+    out = f(np.inf) if x > f(88.72283905206835) else out
+    return x if x != x else out
+
+
+def _tanhf(x):
+    f = np.float32
+    ax = abs(x)
+    z = vexp(f(2.0) * ax)
+    big = f(1.0) - f(2.0) / (z + f(1.0))
+    big = -big if x < f(0.0) else big
+    s = x * x
+    p = f(-5.70498872745e-3) * s + f(2.06390887954e-2)
+    p = p * s - f(5.37397155531e-2)
+    p = p * s + f(1.33314422036e-1)
+    p = p * s - f(3.33332819422e-1)
+    small = p * s * x + x
+    out = small if ax < f(0.625) else big
+    return x if x != x else out
+
+
+@overload(vexp, jit_options={"cache": True})
+def _vexp_impl(x):
+    if x == types.float32:
+        return _expf
+    return lambda x: np.exp(x)
+
+
+@overload(vtanh, jit_options={"cache": True})
+def _vtanh_impl(x):
+    if x == types.float32:
+        return _tanhf
+    return lambda x: np.tanh(x)

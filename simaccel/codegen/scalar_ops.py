@@ -14,8 +14,8 @@ from simaccel.codegen.ir import is_float
 Renderer = Callable[[list[str], list[str], str], str]
 
 _UNARY_NP = {
-    "exp": "np.exp", "log": "np.log", "log1p": "np.log1p", "expm1": "np.expm1",
-    "sqrt": "np.sqrt", "sin": "np.sin", "cos": "np.cos", "tan": "np.tan", "tanh": "np.tanh",
+    "exp": "lib.vexp", "log": "np.log", "log1p": "np.log1p", "expm1": "np.expm1",
+    "sqrt": "np.sqrt", "sin": "np.sin", "cos": "np.cos", "tan": "np.tan", "tanh": "lib.vtanh",
     "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan", "sinh": "np.sinh",
     "cosh": "np.cosh", "log2": "np.log2", "log10": "np.log10", "exp2": "np.exp2",
     "floor": "np.floor", "ceil": "np.ceil", "trunc": "np.trunc", "abs": "np.abs",
