@@ -247,3 +247,34 @@ def _vtanh_impl(x):
     if x == types.float32:
         return _tanhf
     return lambda x: np.tanh(x)
+
+
+def verf(x):
+    """erf(x): float32 without libm in kernels."""
+    return math.erf(x)
+
+
+def _erff(x):
+    # Eigen's float erf: a rational minimax fit on [-4, 4] (erf(4) == 1 in float32).
+    f = np.float32
+    xc = min(max(x, f(-4.0)), f(4.0))
+    x2 = xc * xc
+    p = f(-2.72614225801306e-10) * x2 + f(2.77068142495902e-08)
+    p = p * x2 + f(-2.10102402082508e-06)
+    p = p * x2 + f(-5.69250639462346e-05)
+    p = p * x2 + f(-7.34990630326855e-04)
+    p = p * x2 + f(-2.95459980854025e-03)
+    p = p * x2 + f(-1.60960333262415e-02)
+    q = f(-1.45660718464996e-05) * x2 + f(-2.13374055278905e-04)
+    q = q * x2 + f(-1.68282697438203e-03)
+    q = q * x2 + f(-7.37332916720468e-03)
+    q = q * x2 + f(-1.42647390514189e-02)
+    out = xc * p / q
+    return x if x != x else out
+
+
+@overload(verf, jit_options={"cache": True})
+def _verf_impl(x):
+    if x == types.float32:
+        return _erff
+    return lambda x: math.erf(x)

@@ -21,7 +21,7 @@ _UNARY_NP = {
     "floor": "np.floor", "ceil": "np.ceil", "trunc": "np.trunc", "abs": "np.abs",
     "isinf": "np.isinf", "isfinite": "np.isfinite",
 }
-_HELPERS_UNARY = {"sigmoid": "lib.sigmoid", "erf": "lib.erf", "round": "lib.round_half_even"}
+_HELPERS_UNARY = {"sigmoid": "lib.sigmoid", "erf": "lib.verf", "round": "lib.round_half_even"}
 _BINARY_INFIX = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or": "|",
                  "bitwise_xor": "^", "lshift": "<<", "rshift": ">>"}
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
