@@ -48,3 +48,16 @@ def test_warm_compile_mlp3(benchmark, backend: str, tmp_path_factory) -> None:
         root = str(tmp_path_factory.mktemp(f"cold-{backend}"))
         first_call_in_new_process(backend, root)
     _measure(benchmark, backend, root)
+
+
+@pytest.mark.parametrize("lift", ["off", "auto"])
+def test_first_compile_with_lifting(benchmark, lift: str, tmp_path_factory) -> None:
+    """First compile of an MLP reading three Python scalars, lift="auto" (one re-trace
+    inside the compile) against lift="off". Target: at most 1.5x."""
+    benchmark.group = "compile_cold_lift"
+    root = str(tmp_path_factory.mktemp(f"lift-{lift}"))
+    result: dict = {}
+    benchmark.pedantic(lambda: result.update(
+        first_call_in_new_process("simaccel", root, lift=lift)), rounds=1, iterations=1)
+    benchmark.extra_info.update(backend=f"simaccel[lift={lift}]", seconds=result["first_call_s"],
+                                graphs=result["graphs"], process_s=result["process_s"])

@@ -24,11 +24,14 @@ def cache_env(cache_root: str) -> dict[str, str]:
             "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_root, "inductor")}
 
 
-def first_call_in_new_process(backend: str, cache_root: str) -> dict[str, Any]:
+def first_call_in_new_process(backend: str, cache_root: str,
+                              lift: str | None = None) -> dict[str, Any]:
     """Run :func:`main` in a child process; returns its JSON plus ``process_s`` (seconds
-    from spawn to exit, interpreter and torch import included)."""
+    from spawn to exit, interpreter and torch import included). ``lift`` ("auto"/"off",
+    simaccel only): compile the scalar workload with that lift option instead of the MLP."""
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "simaccel.bench.coldstart", backend],
+    extra = [] if lift is None else ["--lift", lift]
+    proc = subprocess.run([sys.executable, "-m", "simaccel.bench.coldstart", backend, *extra],
                           env=cache_env(cache_root), text=True, capture_output=True,
                           timeout=TIMEOUT_S)
     process_s = time.perf_counter() - start
@@ -39,19 +42,22 @@ def first_call_in_new_process(backend: str, cache_root: str) -> dict[str, Any]:
     return result
 
 
-def main(backend: str) -> dict[str, Any]:
-    """Import, build the MLP, then time its first compiled call (seconds)."""
+def main(backend: str, lift: str | None = None) -> dict[str, Any]:
+    """Import, build the workload, then time its first compiled call (seconds)."""
     import torch
     from torch._dynamo.utils import counters
 
     from simaccel.bench.measure import compile_for
-    from simaccel.bench.workloads import mlp3
+    from simaccel.bench.workloads import mlp3, scaled_mlp
 
     torch.manual_seed(0)
-    model, x = mlp3(), torch.randn(64, 256)
+    if lift is None:
+        model, args, options = mlp3(), (torch.randn(64, 256),), None
+    else:
+        model, args, options = scaled_mlp(), (torch.randn(64, 256), 0.5, 3), {"lift": lift}
     start = time.perf_counter()
     with torch.no_grad():
-        compile_for(model, backend, dynamic=False)(x)
+        compile_for(model, backend, dynamic=False, options=options)(*args)
     result: dict[str, Any] = {"first_call_s": time.perf_counter() - start,
                               "graphs": int(counters["stats"]["unique_graphs"])}
     if backend == "simaccel":
@@ -61,4 +67,5 @@ def main(backend: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1])))
+    lift_arg = sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--lift" else None
+    print(json.dumps(main(sys.argv[1], lift_arg)))

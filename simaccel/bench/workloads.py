@@ -233,3 +233,24 @@ def guard_workload() -> tuple[ScenarioFn, tuple]:
     def fn(x: torch.Tensor, a: float, b: float, n: int) -> torch.Tensor:
         return x * a + b * n
     return fn, (torch.randn(16), 0.75, 0.25, 3)
+
+
+#: a global the scalar workload reads (a value guard unless lifted)
+GAIN = 1.25
+
+
+class ScaledMLP(nn.Module):
+    """The 3-layer MLP with three Python scalars: a module float attribute, a global and
+    an int argument (the first compile with lifting re-traces once)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = mlp3()
+        self.scale = 0.75
+
+    def forward(self, x: torch.Tensor, lr: float, steps: int) -> torch.Tensor:
+        return self.net(x) * self.scale * GAIN - lr * steps
+
+
+def scaled_mlp() -> nn.Module:
+    return ScaledMLP().eval()
