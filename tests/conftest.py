@@ -34,6 +34,18 @@ POINTWISE_TOL = {"rtol": 1e-5, "atol": 1e-6}
 REDUCTION_TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
+def _purge_helper_machine_code() -> None:
+    """Forget numba's cached machine code of the kernel helper library, so every session
+    compiles the helpers as a fresh install (CI) does. A stale cache once hid a bug that
+    only a first compile showed."""
+    pycache = pathlib.Path(_ROOT) / "simaccel" / "codegen" / "__pycache__"
+    for entry in list(pycache.glob("kernel_lib.*.nb[ic]")):
+        entry.unlink(missing_ok=True)
+
+
+_purge_helper_machine_code()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def kernel_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pathlib.Path]:
     """One private, initially empty kernel cache for the whole session.

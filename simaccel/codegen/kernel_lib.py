@@ -15,7 +15,13 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
-_jit = numba.njit(cache=True, inline="always", error_model="numpy")
+#: Options of every helper. ``fastmath`` is set explicitly: numba lets a callee that leaves
+#: it unset inherit its caller's flags, and a helper first compiled from a reduction kernel
+#: (reassoc) would then be cached with reassociated arithmetic for every later caller
+#: (exp's round-to-nearest trick and Cody-Waite reduction depend on exact evaluation order).
+_LIB_OPTIONS = {"cache": True, "fastmath": False, "error_model": "numpy"}
+
+_jit = numba.njit(cache=True, inline="always", error_model="numpy", fastmath=False)
 
 
 def maximum(a, b):
@@ -54,14 +60,14 @@ _llvm_maximum = _llvm_float_binary("maximum")
 _llvm_minimum = _llvm_float_binary("minimum")
 
 
-@overload(maximum, jit_options={"cache": True})
+@overload(maximum, jit_options=_LIB_OPTIONS)
 def _maximum_impl(a, b):
     if isinstance(a, types.Float) and a == b:
         return lambda a, b: _llvm_maximum(a, b)
     return lambda a, b: a if (a != a or a > b) else b
 
 
-@overload(minimum, jit_options={"cache": True})
+@overload(minimum, jit_options=_LIB_OPTIONS)
 def _minimum_impl(a, b):
     if isinstance(a, types.Float) and a == b:
         return lambda a, b: _llvm_minimum(a, b)
@@ -159,7 +165,7 @@ def sigmoid(a):
     return 1.0 / (1.0 + np.exp(-a))
 
 
-@overload(sigmoid, jit_options={"cache": True})
+@overload(sigmoid, jit_options=_LIB_OPTIONS)
 def _sigmoid_impl(a):
     return lambda a: 1.0 / (1.0 + vexp(-a))
 
@@ -235,14 +241,14 @@ def _tanhf(x):
     return x if x != x else out
 
 
-@overload(vexp, jit_options={"cache": True})
+@overload(vexp, jit_options=_LIB_OPTIONS)
 def _vexp_impl(x):
     if x == types.float32:
         return _expf
     return lambda x: np.exp(x)
 
 
-@overload(vtanh, jit_options={"cache": True})
+@overload(vtanh, jit_options=_LIB_OPTIONS)
 def _vtanh_impl(x):
     if x == types.float32:
         return _tanhf
@@ -273,7 +279,7 @@ def _erff(x):
     return x if x != x else out
 
 
-@overload(verf, jit_options={"cache": True})
+@overload(verf, jit_options=_LIB_OPTIONS)
 def _verf_impl(x):
     if x == types.float32:
         return _erff
