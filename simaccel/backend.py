@@ -11,10 +11,8 @@ import logging
 import time
 from typing import Any, Callable
 
-import numpy as np
 import torch
 import torch.fx
-import torch.nn as nn
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -22,8 +20,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from simaccel.codegen.compile import assemble
 from simaccel.compiled import CompiledGraph, scalar_outputs
 from simaccel.codegen.graph import GraphLowering
-from simaccel.device_plan import (DevicePlan, frame_device_plan, plan_for_graph,
-                                  plan_from_guarded_facts)
+from simaccel.device_plan import DevicePlan, plan_for_graph, plan_from_guarded_facts
 from simaccel.guards import prepare_frame
 from simaccel.options import Options, parse_options
 from simaccel.report import CompileReport, add_report
@@ -101,9 +98,7 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     """The torch.compile backend (a Dynamo ``CompilerFn``)."""
     opts = parse_options(options)
     guard_report = _prepare_guards(gm, example_inputs, opts)
-    facts = getattr(guard_report, "device_plan", None)
-    frame_plan = (plan_from_guarded_facts(facts, example_inputs) if facts is not None
-                  else frame_device_plan(example_inputs, get_device().config.alignment))
+    frame_plan = plan_from_guarded_facts(guard_report.device_plan, example_inputs)
 
     def fw_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
         plan = plan_for_graph(frame_plan, gm, graph, len(example_inputs))

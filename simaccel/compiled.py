@@ -9,6 +9,7 @@ import torch.fx
 import torch.nn as nn
 
 from simaccel.codegen.compile import STORAGE_DTYPES
+from simaccel.codegen.ir import contiguous_strides
 from simaccel.runtime.program import Program
 
 
@@ -83,11 +84,7 @@ def _output_spec(meta: Any) -> tuple | None:
             return shape, stride, meta.dtype
     except Exception:  # strides unavailable (e.g. symbolic): contiguous is always valid
         pass
-    contiguous, acc = [], 1
-    for size in reversed(shape):
-        contiguous.append(acc)
-        acc *= max(size, 1)
-    return shape, tuple(reversed(contiguous)), meta.dtype
+    return shape, contiguous_strides(shape), meta.dtype
 
 
 def _dense_strides(shape: list[int], stride: list[int]) -> bool:

@@ -4,8 +4,9 @@
   copied by one direct descriptor; a misaligned one goes through a staging buffer.
 * A lifted int that fits 32 bits gets a 4-byte constant-bank slot, else 8 bytes.
 
-The backend guards both (see :mod:`simaccel.guards`), so a change recompiles instead of
-running a plan made for other inputs.
+The device guards compute and pin these facts (:func:`simaccel.guards.device_guards`), so a
+change recompiles instead of running a plan made for other inputs; this module re-indexes
+them for the graphs AOTAutograd produces.
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from typing import Any
 
 import torch
 
-INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
 @dataclass
@@ -34,31 +34,6 @@ class DevicePlan:
                           {i + offset for i in self.resident})
 
 
-def int_slot_dtype(value: int) -> str:
-    return "int32" if INT32_MIN <= value <= INT32_MAX else "int64"
-
-
-def _hint(value: Any) -> int | None:
-    node = getattr(value, "node", None)
-    hint = getattr(node, "hint", None)
-    return int(hint) if hint is not None else None
-
-
-def frame_device_plan(example_inputs: list[Any], alignment: int) -> DevicePlan:
-    """Alignment of each real tensor input and the slot width of each SymInt input."""
-    plan = DevicePlan()
-    for index, value in enumerate(example_inputs):
-        if isinstance(value, torch.Tensor) and not _is_fake(value):
-            plan.aligned[index] = value.data_ptr() % alignment == 0
-            if isinstance(value, torch.nn.Parameter):
-                plan.resident.add(index)
-        elif isinstance(value, torch.SymInt):
-            hint = _hint(value)
-            if hint is not None:
-                plan.int_dtypes[index] = int_slot_dtype(hint)
-    return plan
-
-
 def plan_from_guarded_facts(facts: Any, example_inputs: list[Any]) -> DevicePlan:
     """The plan the frame's device guards pin (``GuardReport.device_plan``): exactly what is
     guarded, so a call that would break it recompiles first. Parameters become resident."""
@@ -70,10 +45,6 @@ def plan_from_guarded_facts(facts: Any, example_inputs: list[Any]) -> DevicePlan
             plan.int_dtypes[index] = f"int{fact['int_bits']}"
     plan.resident = {i for i, v in enumerate(example_inputs) if isinstance(v, torch.nn.Parameter)}
     return plan
-
-
-def _is_fake(t: torch.Tensor) -> bool:
-    return type(t).__name__ == "FakeTensor" or t.device.type == "meta"
 
 
 def plan_for_graph(plan: DevicePlan, frame_gm: torch.fx.GraphModule, graph: torch.fx.GraphModule,

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from simaccel.codegen.ir import (DEVICE_DTYPES, Const, ExternKernel, Kernel, Layout,
+from simaccel.codegen.ir import (DEVICE_DTYPES, ExternKernel, Kernel, Layout,
                                  PointwiseKernel, ReductionKernel, contiguous_strides,
                                  count_ops)
 from simaccel.codegen.values import Lazy, Realized, TensorValue
@@ -335,10 +335,6 @@ def _dtype_problem(node: torch.fx.Node) -> str | None:
                             f"as eager")
                 return f"dtype {v.dtype} is not supported by the device"
     return None
-
-
-def const(value: Any, dtype: str) -> Const:
-    return Const(value, dtype)
 
 
 def extern(ctx: GraphLowering, source: str, buffers: list[str], params: list[Any],

@@ -171,11 +171,6 @@ def _sigmoid_impl(a):
 
 
 @_jit
-def erf(a):
-    return math.erf(a)
-
-
-@_jit
 def round_half_even(a):
     return np.rint(a)
 

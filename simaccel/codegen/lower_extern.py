@@ -9,7 +9,7 @@ from simaccel.codegen import templates
 from simaccel.codegen.graph import GraphLowering, Unsupported, extern
 from simaccel.codegen.ir import is_float
 from simaccel.codegen.lowering import elementwise, register
-from simaccel.codegen.values import Lazy, Realized, TensorValue, cast, load_broadcast
+from simaccel.codegen.values import Lazy, Realized, TensorValue, cast
 
 aten = torch.ops.aten
 

@@ -7,7 +7,8 @@ from typing import Any
 import torch
 
 from simaccel.codegen.graph import GraphLowering
-from simaccel.codegen.ir import Const, Expr, Op, ReductionKernel, is_float
+from simaccel.codegen.ir import (Const, Expr, Op, ReductionKernel, affine, contiguous_strides,
+                                 is_float)
 from simaccel.codegen.lowering import register
 from simaccel.codegen.values import Lazy, Realized, TensorValue, cast, load_broadcast
 
@@ -50,20 +51,17 @@ def reduce(ctx: GraphLowering, x: TensorValue, dims: list[int], keepdim: bool, o
     if in_op not in ("argmax", "argmin", "any", "all"):
         value = cast(value, acc)
     loop_shape = tuple(x.shape[d] for d in kept)
-    strides = _contiguous(loop_shape)
-    offset_src = " + ".join(f"{v}*{s}" for v, s in zip(out_index, strides) if s) or "0"
+    strides = contiguous_strides(loop_shape)
+    offset_src = affine(list(zip(out_index, strides)))
     ctx.add_kernel(ReductionKernel(
         ctx.kernel_name("reduce"), out.layout, out_dtype, out_index, loop_shape, offset_src,
         red_index, tuple(x.shape[d] for d in dims), value, in_op, acc, finalize))
     return out
 
 
-def _contiguous(shape: tuple[int, ...]) -> list[int]:
-    strides, acc = [], 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= max(s, 1)
-    return list(reversed(strides))
+def _same_buffer_as(kept: Realized, shape: tuple[int, ...]) -> Realized:
+    """A keepdim reduction result viewed without its size-1 dims (same buffer)."""
+    return kept.restrided(shape, contiguous_strides(shape), 0)
 
 
 def _count(x: TensorValue, dims: list[int]) -> int:
@@ -145,8 +143,7 @@ def _var(ctx: GraphLowering, x: TensorValue, dims: list[int], correction: float,
     var = reduce(ctx, x, dims, keepdim, "sum", out_dtype, body=body,
                  finalize=f"{{acc}} / np.float64({float(denom)!r})")
     if not keepdim:
-        mean = Realized(var.shape, mean.dtype, mean.layout.__class__(
-            mean.layout.buffer, var.shape, tuple(_contiguous(var.shape)), 0))
+        mean = _same_buffer_as(mean, var.shape)
     return var, mean
 
 
@@ -194,8 +191,7 @@ def _logsumexp(ctx: GraphLowering, x: TensorValue, dim: Any, keepdim: bool = Fal
         return Op("exp", (Op("sub", (cast(x.load(index), "float64"), safe), "float64"),),
                   "float64")
     total = reduce(ctx, x, dims, keepdim, "sum", "float64", body=shifted)
-    mk = mx if keepdim else Realized(total.shape, mx.dtype, mx.layout.__class__(
-        mx.layout.buffer, total.shape, tuple(_contiguous(total.shape)), 0))
+    mk = mx if keepdim else _same_buffer_as(mx, total.shape)
 
     def fn(index: list[str]) -> Expr:
         m = cast(mk.load(index), "float64")

@@ -87,7 +87,6 @@ class ProgramSpec:
     #: DMA plan by argument index: True = direct descriptor, False = staged; inputs not
     #: listed are checked per call.
     aligned_inputs: dict[int, bool] = field(default_factory=dict)
-    notes: dict[str, Any] = field(default_factory=dict)
 
 
 def step_buffers(step: LaunchStep | HostStep) -> list[str]:
@@ -130,7 +129,8 @@ class Program:
         self._lock = threading.Lock()
         self._resident: dict[str, Any] = {}
         self._generation = -1
-        self._view_cache: dict[int, dict[str, np.ndarray]] = {}
+        #: (workspace offset, views) of the workspace in use; None after it changed
+        self._view_cache: tuple[int, dict[str, Any]] | None = None
         self._bank = ConstantBank([(i, n, np.dtype(spec.buffers[n].dtype))
                                    for i, n in spec.scalar_inputs])
         self._resident_inputs: dict[int, str] = {}  # argument index -> buffer
@@ -149,7 +149,7 @@ class Program:
             self._resident_inputs = {i: by_index[i] for i in sorted(indices) if i in by_index}
             self.plan = build_plan(self.spec, self.device.config.alignment,
                                    frozenset(self._resident_inputs.values()))
-            self._view_cache.clear()
+            self._view_cache = None
 
     # ------------------------------------------------------------------ resident state
 
@@ -159,7 +159,7 @@ class Program:
         if self._generation == device.generation:
             return
         _free_resident(self._resident)
-        self._view_cache.clear()
+        self._view_cache = None
         self._resident_keys.clear()
         nbytes = sum(self.spec.buffers[n].nbytes for n in self.spec.constants)
         nbytes += self._bank.nbytes + device.config.alignment * (len(self.spec.constants) + 1)
@@ -232,15 +232,14 @@ class Program:
             if block is None:
                 return 0
             self._resident["allocator"].free(block)
-            self._view_cache.clear()
+            self._view_cache = None
             return block.size
         finally:
             self._lock.release()
 
     def _views(self, block: Block) -> dict[str, Any]:
-        cached = self._view_cache.get(block.offset)
-        if cached is not None:
-            return cached
+        if self._view_cache is not None and self._view_cache[0] == block.offset:
+            return self._view_cache[1]
         memory = self.device.memory
         views: dict[str, Any] = dict(self._resident["views"])
         views.update(self._bank_views())
@@ -251,8 +250,7 @@ class Program:
         views[_STEP_ARGS] = [[views[b] for b in step.buffers] + list(step.params)
                              if isinstance(step, LaunchStep) else None
                              for step in self.spec.steps]
-        self._view_cache.clear()
-        self._view_cache[block.offset] = views
+        self._view_cache = (block.offset, views)
         return views
 
     def _upload(self, views: dict[str, np.ndarray], args: list[Any]) -> float:
@@ -311,7 +309,7 @@ class Program:
             block = self.device.allocator.malloc(decl.nbytes)
             self._resident["inputs"].append(block)
             views[name] = self.device.memory.view(block.offset, np.dtype(decl.dtype), decl.numel)
-            self._view_cache.clear()
+            self._view_cache = None
         return views[name]
 
     def _launch_all(self, views: dict[str, Any], ready_ns: float) -> float:
