@@ -36,10 +36,11 @@ class CompiledGraph:
                              or getattr(a, "_is_param", False)}
             self.program.set_resident_inputs(self.resident)
         keys = {i: _content_key(args[i]) for i in self.resident} if self.resident else None
-        host_args = [_host_array(a) for a in args]
+        host_args, data_ptrs = _host_arrays(args)
         outputs = [None if spec is None else torch.empty_strided(spec[0], spec[1], dtype=spec[2])
                    for spec in self._out_specs]
-        self.program.run(host_args, [_numpy_view(o) for o in outputs], keys)
+        self.program.run(host_args, [None if o is None else _numpy_view(o) for o in outputs],
+                         keys, data_ptrs)
         for index, value in self.scalar_outputs.items():
             outputs[index] = value(args) if callable(value) else value
         args.clear()
@@ -50,6 +51,22 @@ def _content_key(t: torch.Tensor) -> tuple:
     """Identifies a tensor's current contents: the same object, storage and version
     counter means the device copy is still valid (an in-place update bumps the version)."""
     return (id(t), t.data_ptr(), t._version, tuple(t.shape), tuple(t.stride()))
+
+
+def _host_arrays(args: list[Any]) -> tuple[list[Any], list[int]]:
+    """Host arrays of the arguments (Python values pass through) and each tensor's data
+    address (bytes; 0 for non-tensors), for the program's DMA alignment check. This runs on
+    every call, so plain CPU tensors (the common case) take a short path."""
+    host_args = []
+    data_ptrs = []
+    for a in args:
+        if type(a) is torch.Tensor and not a.requires_grad and a.dtype in _PLAIN_DTYPES:
+            host_args.append(a.numpy())
+            data_ptrs.append(a.data_ptr())
+        else:
+            host_args.append(_host_array(a))
+            data_ptrs.append(a.data_ptr() if isinstance(a, torch.Tensor) else 0)
+    return host_args, data_ptrs
 
 
 def _host_array(value: Any) -> Any:
@@ -70,6 +87,10 @@ def _host_array(value: Any) -> Any:
 _NUMPY_DTYPES = {torch.float32, torch.float64, torch.int32, torch.int64, torch.bool,
                  torch.int8, torch.uint8, torch.int16, torch.float16, torch.complex64,
                  torch.complex128}
+
+
+#: dtypes whose plain (non-conjugate, non-negative-view) tensors ``.numpy()`` always takes
+_PLAIN_DTYPES = _NUMPY_DTYPES - {torch.complex64, torch.complex128}
 
 
 def _output_spec(meta: Any) -> tuple | None:
@@ -98,9 +119,7 @@ def _dense_strides(shape: list[int], stride: list[int]) -> bool:
     return True
 
 
-def _numpy_view(t: Any) -> np.ndarray | None:
-    if t is None:
-        return None
+def _numpy_view(t: torch.Tensor) -> np.ndarray:
     if t.dtype in _NUMPY_DTYPES:
         return t.numpy()
     if str(t.dtype).replace("torch.", "") in STORAGE_DTYPES:

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from simaccel.dma.copy import copy_array
+
 #: Directions a descriptor can move bytes in.
 #: h2d: host -> device, d2h: device -> host, const: host constant bank -> device,
 #: d2d: device -> device.
@@ -77,8 +79,5 @@ class Descriptor:
 
     def perform_copy(self) -> None:
         """Move the bytes now: ``dst[...] = src`` in C order (through a bounce buffer if staged)."""
-        src = self.src
-        if self.staged:
-            # The bounce buffer is a contiguous host copy; the device DMA then reads it.
-            src = np.ascontiguousarray(src)
-        np.copyto(self.dst, src.reshape(self.dst.shape), casting="no")
+        copy_array(self.src, self.dst, self.staged, self.label)
+

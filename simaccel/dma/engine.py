@@ -21,7 +21,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+import numpy as np
+
 from simaccel.dma.clock import SimClock
+from simaccel.dma.copy import copy_array
 from simaccel.dma.descriptor import KINDS, Descriptor
 from simaccel.dma.trace import DEFAULT_MAX_EVENTS, TraceEvent, TraceRecorder
 
@@ -44,18 +47,27 @@ class DescriptorTiming:
     bursts: int
 
 
-@dataclass(frozen=True)
 class Completion:
-    """The completion event of one submit (a dmaengine cookie).
+    """The completion event of one submit (a dmaengine cookie); read-only by convention.
 
     start_ns: earliest start of its descriptors (``not_before_ns`` if it had none).
     end_ns: latest end of its descriptors (ns); later work depending on these bytes should
         pass it as ``not_before_ns``.
+    timings: one :class:`DescriptorTiming` per descriptor, in submit order.
     """
 
-    start_ns: float
-    end_ns: float
-    timings: tuple[DescriptorTiming, ...] = ()
+    # A plain slots class: one is made per submit, on every call's hot path.
+    __slots__ = ("start_ns", "end_ns", "timings")
+
+    def __init__(self, start_ns: float, end_ns: float,
+                 timings: tuple[DescriptorTiming, ...] = ()):
+        self.start_ns = start_ns
+        self.end_ns = end_ns
+        self.timings = timings
+
+    def __repr__(self) -> str:
+        return (f"Completion(start_ns={self.start_ns}, end_ns={self.end_ns}, "
+                f"descriptors={len(self.timings)})")
 
     @property
     def done(self) -> bool:
@@ -65,6 +77,25 @@ class Completion:
     def wait(self) -> float:
         """Block until the transfer is complete (it already is); returns ``end_ns``."""
         return self.end_ns
+
+
+def _trace_args(facts: tuple) -> dict[str, Any]:
+    """The trace ``args`` from the compact facts recorded on the hot path: () for a kernel
+    without args, else one copy's (bytes, kind, bursts, channel, staged, strided)."""
+    if not facts:
+        return {}
+    nbytes, kind, bursts, channel, staged, strided = facts
+    args: dict[str, Any] = {"bytes": nbytes, "kind": kind, "bursts": bursts, "channel": channel}
+    if staged:
+        args["staged"] = True
+    if strided is not None:
+        args["src_shape"] = list(strided[0])
+        args["src_strides"] = list(strided[1])
+    return args
+
+
+#: kind -> its (bytes, transfers) counter names, built once (the hot path adds to them)
+_STAT_KEYS = {kind: (f"{kind}.bytes", f"{kind}.transfers") for kind in KINDS}
 
 
 def _zero_stats() -> dict[str, float]:
@@ -107,7 +138,7 @@ class DmaEngine:
         tracks = [channel_track(i) for i in range(channels)] + [COMPUTE_TRACK]
         self._lock = threading.Lock()
         self._clock = SimClock(tracks)
-        self._trace = TraceRecorder(tracks, max_trace_events)
+        self._trace = TraceRecorder(tracks, max_trace_events, decode_args=_trace_args)
         self._next_channel = 0
         self._stats = _zero_stats()
         self._tracks = tracks  # by channel index, then compute (names precomputed: hot path)
@@ -126,52 +157,88 @@ class DmaEngine:
         if not descs:
             return Completion(float(not_before_ns), float(not_before_ns))
         with self._lock:
-            timings = [self._run_one(d, not_before_ns) for d in descs]
+            timings = []
+            for d in descs:
+                d.perform_copy()
+                channel = self._next_channel
+                start, end, bursts = self._place(d.kind, d.label, d.nbytes, d.staged, d.src,
+                                                 not_before_ns)
+                timings.append(DescriptorTiming(d, channel, start, end, bursts))
             self._count_submit(descs, timings)
         start = min(t.start_ns for t in timings) if len(timings) > 1 else timings[0].start_ns
         end = max(t.end_ns for t in timings) if len(timings) > 1 else timings[0].end_ns
         return Completion(start, end, tuple(timings))
 
-    def _run_one(self, desc: Descriptor, not_before_ns: float) -> DescriptorTiming:
+    def copy_many(self, kind: str, srcs: list[np.ndarray], dsts: list[np.ndarray],
+                  labels: list[str], *, staged: list[bool] | None = None,
+                  not_before_ns: float = 0.0) -> float:
+        """One scatter-gather submit of ``kind`` copying ``srcs[i]`` into ``dsts[i]``: the
+        same copies, timing, stats and trace as :meth:`submit` with one :class:`Descriptor`
+        per pair, minus the objects (the runtime calls this on every graph call). Returns
+        the end of the last copy (ns; ``not_before_ns`` if there is none)."""
+        keys = _STAT_KEYS.get(kind)
+        if keys is None:
+            raise ValueError(f"copy_many kind must be one of {KINDS}, got {kind!r}")
+        end = not_before_ns
+        done = nbytes_total = staged_bytes = bursts_total = 0
+        with self._lock:
+            try:
+                for i, src in enumerate(srcs):
+                    is_staged = staged is not None and staged[i]
+                    dst = dsts[i]
+                    copy_array(src, dst, is_staged, labels[i])
+                    nbytes = dst.nbytes
+                    _, copy_end, bursts = self._place(kind, labels[i], nbytes, is_staged, src,
+                                                      not_before_ns)
+                    end = copy_end if copy_end > end else end
+                    done += 1
+                    nbytes_total += nbytes
+                    bursts_total += bursts
+                    if is_staged:
+                        staged_bytes += nbytes
+            finally:  # a bad pair stops the submit: what was copied before it is counted
+                if done:
+                    self._count_copies(keys, done, nbytes_total, bursts_total, staged_bytes)
+        return end
+
+    def _count_copies(self, keys: tuple[str, str], descriptors: int, nbytes: int,
+                      bursts: int, staged_bytes: int) -> None:
+        """Count one submit of one kind (``keys``: its bytes and transfers counters)."""
+        st = self._stats
+        st[keys[0]] += nbytes
+        st[keys[1]] += 1
+        if staged_bytes:
+            st["staged.bytes"] += staged_bytes
+            st["staged.transfers"] += 1
+        st["descriptors"] += descriptors
+        st["bursts"] += bursts
+
+    def _place(self, kind: str, label: str, nbytes: int, staged: bool, src: np.ndarray,
+               not_before_ns: float) -> tuple[float, float, int]:
+        """Schedule one copy of ``nbytes`` on the next channel (round robin) and trace it;
+        returns (start_ns, end_ns, bursts)."""
         channel = self._next_channel
         self._next_channel = (channel + 1) % self.channels
-        desc.perform_copy()
-        nbytes = desc.nbytes
         bursts = -(-nbytes // self.burst_bytes)
         start, end = self._clock.reserve(self._tracks[channel],
                                          self.latency_ns + nbytes / self.bandwidth_gbps,
                                          not_before_ns)
-        kind = desc.kind
-        args: dict[str, Any] = {"bytes": nbytes, "kind": kind, "bursts": bursts,
-                                "channel": channel}
-        if desc.staged:
-            args["staged"] = True
-        if not desc.src.flags.c_contiguous:
-            args["src_shape"] = list(desc.src_shape)
-            args["src_strides"] = list(desc.src_strides)
-        name = kind + " " + desc.label if desc.label else kind
-        self._trace.record(TraceEvent(name, kind, channel, start, end - start, args))
-        return DescriptorTiming(desc, channel, start, end, bursts)
+        strided = None if src.flags.c_contiguous else (src.shape, src.strides)
+        self._trace.record_span(kind + " " + label if label else kind, kind, channel, start,
+                                end - start, (nbytes, kind, bursts, channel, staged, strided))
+        return start, end, bursts
 
     def _count_submit(self, descs: list[Descriptor], timings: list[DescriptorTiming]) -> None:
         # A "transfer" is one submit per kind: 3 h2d descriptors in one submit = 1 transfer.
-        st = self._stats
-        first_kind = descs[0].kind
-        mixed = False
-        staged = False
-        for d in descs:
-            nbytes = d.nbytes
-            st[d.kind + ".bytes"] += nbytes
-            mixed = mixed or d.kind != first_kind
-            if d.staged:
-                st["staged.bytes"] += nbytes
-                staged = True
-        for kind in ({d.kind for d in descs} if mixed else (first_kind,)):
-            st[kind + ".transfers"] += 1
-        if staged:
-            st["staged.transfers"] += 1
-        st["descriptors"] += len(descs)
-        st["bursts"] += sum(t.bursts for t in timings)
+        by_kind: dict[str, list[int]] = {}
+        for d, t in zip(descs, timings):
+            acc = by_kind.setdefault(d.kind, [0, 0, 0, 0])
+            acc[0] += 1
+            acc[1] += d.nbytes
+            acc[2] += t.bursts
+            acc[3] += d.nbytes if d.staged else 0
+        for kind, (count, nbytes, bursts, staged_bytes) in by_kind.items():
+            self._count_copies(_STAT_KEYS[kind], count, nbytes, bursts, staged_bytes)
 
     def schedule_compute(self, name: str, duration_ns: float, not_before_ns: float = 0.0,
                          *, args: dict[str, Any] | None = None) -> tuple[float, float]:
@@ -179,8 +246,8 @@ class DmaEngine:
         with self._lock:
             tid = self.channels
             start, end = self._clock.reserve(COMPUTE_TRACK, duration_ns, not_before_ns)
-            self._trace.record(TraceEvent(name, "compute", tid, start, end - start,
-                                          dict(args or {})))
+            self._trace.record_span(name, "compute", tid, start, end - start,
+                                    dict(args) if args else ())
             self._stats["compute_items"] += 1
             self._stats["compute_ns"] += float(duration_ns)
             return start, end

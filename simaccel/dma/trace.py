@@ -9,7 +9,7 @@ import collections
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 #: Process id used for every event: one simulated device.
 TRACE_PID = 1
@@ -29,27 +29,54 @@ class TraceEvent:
     args: dict[str, Any] = field(default_factory=dict)
 
 
-class TraceRecorder:
-    """A bounded ring of :class:`TraceEvent` plus the names of the tracks (not thread safe;
-    the engine holds its lock around every call)."""
+#: What the ring holds: (name, cat, tid, start_ns, dur_ns, args). Recording is on every
+#: call's hot path, so events are plain tuples and ``args`` is a dict or a compact tuple of
+#: numbers and strings that the recorder's ``decode_args`` expands when the trace is read.
+#: Such tuples hold no references the garbage collector must follow, so a ring of 100k
+#: events costs the collector nothing; :class:`TraceEvent` objects are made on export.
+RawEvent = tuple[str, str, int, float, float, Any]
 
-    def __init__(self, track_names: list[str], max_events: int = DEFAULT_MAX_EVENTS):
+
+class TraceRecorder:
+    """A bounded ring of trace events plus the names of the tracks (not thread safe; the
+    engine holds its lock around every call)."""
+
+    def __init__(self, track_names: list[str], max_events: int = DEFAULT_MAX_EVENTS,
+                 decode_args: Callable[[tuple], dict[str, Any]] | None = None):
         if max_events <= 0:
             raise ValueError(f"max_events must be positive, got {max_events}")
         self.track_names = list(track_names)
-        self._events: collections.deque[TraceEvent] = collections.deque(maxlen=max_events)
+        self._events: collections.deque[RawEvent] = collections.deque(maxlen=max_events)
         self.dropped = 0
+        self._decode_args = decode_args
 
     def record(self, event: TraceEvent) -> None:
         """Append an event, dropping the oldest when the ring is full."""
+        self.record_span(event.name, event.cat, event.tid, event.start_ns, event.dur_ns,
+                         dict(event.args))
+
+    def record_span(self, name: str, cat: str, tid: int, start_ns: float, dur_ns: float,
+                    args: dict[str, Any] | tuple) -> None:
+        """Append one span (times in ns). ``args``: a dict, or a tuple the recorder's
+        ``decode_args`` expands when the trace is read (it must not hold arrays: the ring
+        outlives the call)."""
         events = self._events
         if len(events) == events.maxlen:
             self.dropped += 1
-        events.append(event)
+        events.append((name, cat, tid, start_ns, dur_ns, args))
 
     def events(self) -> list[TraceEvent]:
         """The retained events, oldest first."""
-        return list(self._events)
+        return [self._event(raw) for raw in self._events]
+
+    def _event(self, raw: RawEvent) -> TraceEvent:
+        name, cat, tid, start_ns, dur_ns, args = raw
+        if isinstance(args, tuple):
+            if self._decode_args is None:
+                raise TypeError(f"trace event {name!r} has tuple args but the recorder has "
+                                "no decode_args")
+            args = self._decode_args(args)
+        return TraceEvent(name, cat, tid, start_ns, dur_ns, dict(args))
 
     def clear(self) -> None:
         """Forget every event."""
@@ -66,7 +93,7 @@ class TraceRecorder:
                         "args": {"name": name}})
             out.append({"ph": "M", "pid": TRACE_PID, "tid": tid, "name": "thread_sort_index",
                         "args": {"sort_index": tid}})
-        for ev in self._events:
+        for ev in self.events():
             out.append({"ph": "X", "pid": TRACE_PID, "tid": ev.tid, "name": ev.name,
                         "cat": ev.cat, "ts": ev.start_ns / 1000.0,
                         "dur": ev.dur_ns / 1000.0, "args": dict(ev.args)})
@@ -77,3 +104,4 @@ class TraceRecorder:
         """Write :meth:`to_chrome_trace` to ``path`` as JSON."""
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(self.to_chrome_trace(), fh)
+

@@ -134,6 +134,9 @@ class Program:
         self._bank = ConstantBank([(i, n, np.dtype(spec.buffers[n].dtype))
                                    for i, n in spec.scalar_inputs])
         self._resident_inputs: dict[int, str] = {}  # argument index -> buffer
+        #: (argument index, buffer) of the inputs copied in on every call
+        self._streamed_inputs: list[tuple[int, str]] = list(spec.tensor_inputs)
+        self._streamed_labels = [name for _, name in self._streamed_inputs]
         self._resident_keys: dict[str, Any] = {}
         self._durations: list[float] = []
         self._kernel_wall_ns = 0
@@ -147,6 +150,9 @@ class Program:
         by_index = dict(self.spec.tensor_inputs)
         with self._lock:
             self._resident_inputs = {i: by_index[i] for i in sorted(indices) if i in by_index}
+            self._streamed_inputs = [(i, n) for i, n in self.spec.tensor_inputs
+                                     if i not in self._resident_inputs]
+            self._streamed_labels = [name for _, name in self._streamed_inputs]
             self.plan = build_plan(self.spec, self.device.config.alignment,
                                    frozenset(self._resident_inputs.values()))
             self._view_cache = None
@@ -175,8 +181,6 @@ class Program:
             offset = _align(offset + decl.nbytes, device.config.alignment)
         self._resident["bank"] = device.memory.view(offset, np.dtype(np.uint8),
                                                      self._bank.nbytes)
-        self._resident["bank_descriptor"] = Descriptor(self._bank.host, self._resident["bank"],
-                                                       "const", "constant bank")
         self._bank.valid = False
         if descs:
             device.dma.submit(descs)
@@ -192,16 +196,20 @@ class Program:
     # ------------------------------------------------------------------ per call
 
     def run(self, args: list[Any], host_outputs: list[np.ndarray | None],
-            resident_keys: dict[int, Any] | None = None) -> None:
+            resident_keys: dict[int, Any] | None = None,
+            data_ptrs: list[int] | None = None) -> None:
         """Execute once: ``args`` are host arrays / Python scalars by argument index;
         each tensor output is copied into ``host_outputs[k]``. ``resident_keys`` identify
-        the current contents of resident inputs (same key: no upload)."""
+        the current contents of resident inputs (same key: no upload). ``data_ptrs``: the
+        address of each tensor argument's first element (bytes), where the caller knows it
+        cheaply; read from the arrays otherwise."""
         device = self.device
         with self._lock:
-            self._ensure_resident()
-            resident_ready = self._upload_resident(args, resident_keys or {})
+            if self._generation != device.generation:
+                self._ensure_resident()
+            ready = self._upload_resident(args, resident_keys) if self._resident_inputs else 0.0
             views = self._views(self._workspace())
-            ready = max(resident_ready, self._upload(views, args))
+            ready = max(ready, self._upload(views, args, data_ptrs))
             end = self._launch_all(views, ready)
             self._download(views, host_outputs, end)
         device.count_call(self._launches_per_call, self._kernel_wall_ns)
@@ -246,61 +254,70 @@ class Program:
         for name, off in self.plan.offsets.items():
             decl = self.spec.buffers[name]
             views[name] = memory.view(block.offset + off, np.dtype(decl.dtype), decl.numel)
-        views[_OUTPUT_VIEWS] = [_output_view(views, out) for out in self.spec.outputs]
+        views[_OUTPUT_COPIES] = [(k, _output_view(views, out), out.buffer)
+                                 for k, out in enumerate(self.spec.outputs) if out is not None]
+        views[_INPUT_DSTS] = [views[name] for _, name in self._streamed_inputs]
         views[_STEP_ARGS] = [[views[b] for b in step.buffers] + list(step.params)
                              if isinstance(step, LaunchStep) else None
                              for step in self.spec.steps]
         self._view_cache = (block.offset, views)
         return views
 
-    def _upload(self, views: dict[str, np.ndarray], args: list[Any]) -> float:
-        """DMA tensor inputs (one scatter-gather submit) and the constant bank."""
-        descs = []
-        for index, name in self.spec.tensor_inputs:
-            if index in self._resident_inputs:
-                continue
-            host = args[index]
-            dst = views[name].reshape(host.shape) if host.size else views[name][:0]
-            descs.append(self._input_descriptor(index, name, host, dst))
+    def _upload(self, views: dict[str, np.ndarray], args: list[Any],
+                data_ptrs: list[int] | None) -> float:
+        """DMA the per-call tensor inputs (one scatter-gather submit) and, if a lifted
+        scalar changed, the constant bank (one descriptor); returns when both are done (ns)."""
+        dma = self.device.dma
+        end = 0.0
+        if self._streamed_inputs:
+            srcs = [args[index] for index, _ in self._streamed_inputs]
+            staged = [not self._aligned(index, name, host, data_ptrs)
+                      for (index, name), host in zip(self._streamed_inputs, srcs)]
+            dsts = views[_INPUT_DSTS]
+            if not all(host.size for host in srcs):  # empty inputs: nothing to address
+                dsts = [d if h.size else d[:0] for d, h in zip(dsts, srcs)]
+            end = dma.copy_many("h2d", srcs, dsts, self._streamed_labels, staged=staged)
         if self.spec.scalar_inputs and self._bank.pack(args):
-            # The bank update rides in the same scatter-gather submit as the inputs; its
-            # descriptor is built once (the host image and the device bank never move).
-            descs.append(self._resident["bank_descriptor"])
-        return self.device.dma.submit(descs).end_ns if descs else 0.0
+            bank = self._resident["bank"]
+            end = max(end, dma.copy_many("const", [self._bank.host], [bank], ["constant bank"]))
+        return end
 
-    def _input_descriptor(self, index: int, name: str, host: np.ndarray,
-                          dst: np.ndarray) -> Descriptor:
-        """A direct descriptor for an input aligned to ``DeviceConfig.alignment``, a staged
-        one (through a bounce buffer) otherwise, as the program's DMA plan says."""
-        # An empty tensor moves nothing: its (arbitrary) pointer is not part of the plan.
-        aligned = host.size == 0 or \
-            host.__array_interface__["data"][0] % self.device.config.alignment == 0
+    def _aligned(self, index: int, name: str, host: np.ndarray,
+                 data_ptrs: list[int] | None) -> bool:
+        """True if the input can take a direct descriptor (its address is a multiple of
+        ``DeviceConfig.alignment``); it must agree with the program's DMA plan."""
+        if not host.size:  # an empty tensor moves nothing: its pointer is not in the plan
+            return True
+        ptr = data_ptrs[index] if data_ptrs is not None else \
+            host.__array_interface__["data"][0]
+        aligned = ptr % self.device.config.alignment == 0
         planned = self.spec.aligned_inputs.get(index)
         if planned is not None and planned != aligned:
             raise SimAccelError(
                 f"input {index} ({name}) was compiled for a {'direct' if planned else 'staged'} "
                 f"DMA but is {'' if aligned else 'mis'}aligned now; the alignment guard should "
                 f"have recompiled this graph (please report this)")
-        src = host if host.size else host.reshape(-1)
-        return Descriptor(src, dst, "h2d", name, staged=not aligned)
+        return aligned
 
-    def _upload_resident(self, args: list[Any], keys: dict[int, Any]) -> float:
+    def _upload_resident(self, args: list[Any], keys: dict[int, Any] | None) -> float:
         """Upload resident inputs whose key changed (first call, in-place update, new
         tensor); one scatter-gather submit for all of them."""
-        descs = []
+        keys = keys or {}
+        srcs, dsts, labels, staged = [], [], [], []
         for index, name in self._resident_inputs.items():
             key = keys.get(index)
             if key is not None and self._resident_keys.get(name) == key:
                 continue
-            view = self._resident_view(name)
-            host = args[index]
-            descs.append(self._input_descriptor(index, name, host, view.reshape(host.shape)))
+            srcs.append(args[index])
+            dsts.append(self._resident_view(name))
+            labels.append(name)
+            staged.append(not self._aligned(index, name, args[index], None))
             self._resident_keys[name] = key
-        if not descs:
+        if not srcs:
             return 0.0
-        self.device.count("resident_uploads", len(descs))
-        self.device.count("resident_bytes", sum(d.nbytes for d in descs))
-        return self.device.dma.submit(descs).end_ns
+        self.device.count("resident_uploads", len(srcs))
+        self.device.count("resident_bytes", sum(d.nbytes for d in dsts))
+        return self.device.dma.copy_many("h2d", srcs, dsts, labels, staged=staged)
 
     def _resident_view(self, name: str) -> np.ndarray:
         views = self._resident["views"]
@@ -314,16 +331,17 @@ class Program:
 
     def _launch_all(self, views: dict[str, Any], ready_ns: float) -> float:
         device = self.device
-        dma = device.dma
+        schedule = device.dma.schedule_compute
+        clock = time.perf_counter_ns
         end = ready_ns
         wall = 0
         for step, args, duration in zip(self.spec.steps, views[_STEP_ARGS], self._durations):
             if args is not None:
                 with device.compute_lock:
-                    t0 = time.perf_counter_ns()
+                    t0 = clock()
                     step.fn(*args)
-                    wall += time.perf_counter_ns() - t0
-                end = dma.schedule_compute(step.name, duration, end)[1]
+                    wall += clock() - t0
+                end = schedule(step.name, duration, end)[1]
             else:
                 end = self._run_host(step, views, end)
         self._kernel_wall_ns = wall
@@ -344,15 +362,21 @@ class Program:
 
     def _download(self, views: dict[str, Any], host_outputs: list[Any],
                   ready_ns: float) -> None:
-        descs = [Descriptor(src, host, "d2h", out.buffer)
-                 for out, src, host in zip(self.spec.outputs, views[_OUTPUT_VIEWS], host_outputs)
-                 if src is not None and host is not None and host.size]
-        if descs:
-            self.device.dma.submit(descs, not_before_ns=ready_ns)
+        srcs, dsts, labels = [], [], []
+        for k, src, label in views[_OUTPUT_COPIES]:
+            host = host_outputs[k]
+            if host is not None and host.size:
+                srcs.append(src)
+                dsts.append(host)
+                labels.append(label)
+        if srcs:
+            self.device.dma.copy_many("d2h", srcs, dsts, labels, not_before_ns=ready_ns)
 
 
-_OUTPUT_VIEWS = "__output_views__"
+#: (output position, strided device view, buffer name) of every tensor output
+_OUTPUT_COPIES = "__output_copies__"
 _STEP_ARGS = "__step_args__"
+_INPUT_DSTS = "__input_dsts__"
 
 
 def _output_view(views: dict[str, Any], out: OutputDecl | None) -> np.ndarray | None:
