@@ -201,6 +201,20 @@ class DmaEngine:
                     self._count_copies(keys, done, nbytes_total, bursts_total, staged_bytes)
         return end
 
+    def copy_one(self, kind: str, src: np.ndarray, dst: np.ndarray, label: str, *,
+                 staged: bool = False, not_before_ns: float = 0.0) -> float:
+        """:meth:`copy_many` of one pair, without the lists (the constant bank's update
+        rides on every call whose lifted scalars changed). Returns its end (ns)."""
+        keys = _STAT_KEYS.get(kind)
+        if keys is None:
+            raise ValueError(f"copy_one kind must be one of {KINDS}, got {kind!r}")
+        with self._lock:
+            copy_array(src, dst, staged, label)
+            nbytes = dst.nbytes
+            _, end, bursts = self._place(kind, label, nbytes, staged, src, not_before_ns)
+            self._count_copies(keys, 1, nbytes, bursts, nbytes if staged else 0)
+        return end
+
     def _count_copies(self, keys: tuple[str, str], descriptors: int, nbytes: int,
                       bursts: int, staged_bytes: int) -> None:
         """Count one submit of one kind (``keys``: its bytes and transfers counters)."""

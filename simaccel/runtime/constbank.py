@@ -41,10 +41,10 @@ class ConstantBank:
 
     def pack(self, args: list[Any]) -> bool:
         """Write the call's values into the host image; True if the device must be updated."""
-        key = tuple(_value_key(args[index]) for index, _, _ in self.slots)
+        key = tuple([_value_key(args[index]) for index, _, _ in self.slots])
         if self.valid and key == self._last:
             return False  # the common case (nothing changed) costs one tuple compare
-        values = [_python_value(k) for k in key]
+        values = [k[0] if type(k) is tuple else k for k in key]
         try:
             self._layout.pack_into(self.host, 0, *values)
         except (struct.error, OverflowError) as exc:
@@ -77,10 +77,6 @@ def _struct_format(slots: list[tuple[int, str, np.dtype]], offsets: list[int],
         fmt += "x" * (off - cursor) + _STRUCT_CODES[dtype.name]
         cursor = off + dtype.itemsize
     return fmt + "x" * (nbytes - cursor)
-
-
-def _python_value(key: Any) -> Any:
-    return key[0] if isinstance(key, tuple) else key
 
 
 def _value_key(value: Any) -> Any:

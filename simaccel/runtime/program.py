@@ -279,7 +279,7 @@ class Program:
             end = dma.copy_many("h2d", srcs, dsts, self._streamed_labels, staged=staged)
         if self.spec.scalar_inputs and self._bank.pack(args):
             bank = self._resident["bank"]
-            end = max(end, dma.copy_many("const", [self._bank.host], [bank], ["constant bank"]))
+            end = max(end, dma.copy_one("const", self._bank.host, bank, "constant bank"))
         return end
 
     def _aligned(self, index: int, name: str, host: np.ndarray,

@@ -85,3 +85,17 @@ def test_a_bad_pair_stops_the_submit_and_what_moved_before_it_is_counted():
     st = eng.stats()
     assert (st["h2d.bytes"], st["h2d.transfers"], st["descriptors"]) == (8, 1, 1)
     assert [e.name for e in eng.trace_events()] == ["h2d good"]
+
+
+def test_copy_one_equals_copy_many_of_one_pair():
+    a, b = make_engine(), make_engine()
+    src = np.arange(40, dtype=np.uint8)
+    dst_a, dst_b = np.zeros(40, np.uint8), np.zeros(40, np.uint8)
+    end_a = a.copy_one("const", src, dst_a, "bank", staged=True, not_before_ns=5.0)
+    end_b = b.copy_many("const", [src], [dst_b], ["bank"], staged=[True], not_before_ns=5.0)
+    assert end_a == end_b == 5.0 + 100.0 + 40.0
+    np.testing.assert_array_equal(dst_a, src)
+    assert a.stats() == b.stats()
+    assert comparable(a.trace_events()) == comparable(b.trace_events())
+    with pytest.raises(ValueError, match="kind"):
+        a.copy_one("upward", src, dst_a, "bank")
