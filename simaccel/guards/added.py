@@ -5,7 +5,9 @@ a frame, :func:`add_guard` evaluates the check on the source's current value and
 guard that passes while the check gives that same result: a change of the result makes
 Dynamo recompile the frame (once; the new compile records the new result), and a compile
 can never fail its own guard. The guard is a LAMBDA_GUARD leaf in Dynamo's guard manager
-tree, next to Dynamo's own guards on that source, so a call pays only for the check.
+tree, next to Dynamo's own guards on that source, so a call pays only for the check. A
+frame-level guard (``source=None``) runs inside the frame's one folded Python check, with
+Dynamo's shape-env guards (:mod:`simaccel.guards.folded`).
 
 Who adds guards: users through ``options={"guards": [...]}``, simaccel for the device facts
 its artifacts specialize on (:mod:`simaccel.guards.device`), and backend passes by calling
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +26,8 @@ from simaccel.errors import GuardCheckError, InvalidOptionError
 from simaccel.guards import dynamo
 from simaccel.guards.report import AddedGuard
 
-__all__ = ["Guard", "add_guard", "add_user_guards", "frame_added_guards"]
+__all__ = ["Guard", "add_frame_expression", "add_guard", "add_user_guards",
+           "frame_added_guards"]
 
 log = logging.getLogger("simaccel")
 
@@ -138,6 +141,28 @@ def add_user_guards(guards: Iterable[Guard]) -> list[AddedGuard]:
         if record is not None:
             added.append(record)
     return added
+
+
+def add_frame_expression(name: str, template: str, objects: Mapping[str, object],
+                         description: str, *, added_by: str = "simaccel") -> AddedGuard:
+    """A frame-level guard written as a Python expression instead of a ``check`` function.
+
+    For simaccel's own frame-level facts (the device config): the expression runs inline
+    in the frame's folded guard check, with no function call of its own (see
+    :func:`simaccel.guards.dynamo.install_frame_expression` for ``template`` and
+    ``objects``). It must hold at compile time and must not raise, which is why user
+    guards keep a ``check`` function (a raising check is reported by its name).
+    """
+    frame = dynamo.frame_slot(_FrameGuards)
+    existing = frame.by_key.get((name, ""))
+    if existing is not None:
+        return existing
+    code_part = f"{name}: {description}"
+    dynamo.install_frame_expression(template, objects, code_part)
+    record = AddedGuard(name, "", code_part, True, added_by)
+    frame.added.append(record)
+    frame.by_key[(name, "")] = record
+    return record
 
 
 def record_shape_env_guard(name: str, source: str, text: str, result: bool) -> AddedGuard:

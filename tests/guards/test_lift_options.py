@@ -48,7 +48,8 @@ def test_auto_lifts_everything_and_reports_it() -> None:
     assert {d.source for d in report.dropped} == set(report.lifted_sources)
     dropped = {d.source: d for d in report.dropped}
     assert dropped["L['alpha']"].before == "CONSTANT_MATCH: L['alpha'] == 0.5"
-    assert dropped["L['alpha']"].after == "TYPE_MATCH: type(L['alpha']) is float"
+    assert dropped["L['alpha']"].after == (
+        "TYPE_MATCH: type(L['alpha']) is float; not math.isnan(L['alpha'])")
     assert report.kept == ()
 
 
