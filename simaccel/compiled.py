@@ -6,10 +6,10 @@ from typing import Any
 import numpy as np
 import torch
 import torch.fx
-import torch.nn as nn
 
 from simaccel.codegen.compile import STORAGE_DTYPES
 from simaccel.codegen.ir import contiguous_strides
+from simaccel.device_plan import is_device_resident
 from simaccel.runtime.program import Program
 
 
@@ -31,9 +31,8 @@ class CompiledGraph:
 
     def __call__(self, args: list[Any]) -> list[Any]:
         if self.resident is None:
-            # Parameters and buffers stay on the device between calls.
-            self.resident = {i for i, a in enumerate(args) if isinstance(a, nn.Parameter)
-                             or getattr(a, "_is_param", False)}
+            # Parameters, buffers and static-address inputs stay on the device.
+            self.resident = {i for i, a in enumerate(args) if is_device_resident(a)}
             self.program.set_resident_inputs(self.resident)
         keys = {i: _content_key(args[i]) for i in self.resident} if self.resident else None
         host_args, data_ptrs = _host_arrays(args)

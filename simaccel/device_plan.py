@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from simaccel.guards.dynamo import has_static_address
 
 
 @dataclass
@@ -23,7 +24,7 @@ class DevicePlan:
 
     aligned: dict[int, bool] = field(default_factory=dict)
     int_dtypes: dict[int, str] = field(default_factory=dict)
-    #: parameters: kept resident on the device between calls
+    #: parameters and static-address inputs: kept resident on the device between calls
     resident: set[int] = field(default_factory=set)
 
     def shifted(self, offset: int) -> "DevicePlan":
@@ -36,15 +37,25 @@ class DevicePlan:
 
 def plan_from_guarded_facts(facts: Any, example_inputs: list[Any]) -> DevicePlan:
     """The plan the frame's device guards pin (``GuardReport.device_plan``): exactly what is
-    guarded, so a call that would break it recompiles first. Parameters become resident."""
+    guarded, so a call that would break it recompiles first. Parameters and static-address
+    inputs become resident."""
     plan = DevicePlan()
     for index, fact in facts.inputs.items():
         if "aligned" in fact:
             plan.aligned[index] = bool(fact["aligned"])
         if "int_bits" in fact:
             plan.int_dtypes[index] = f"int{fact['int_bits']}"
-    plan.resident = {i for i, v in enumerate(example_inputs) if isinstance(v, torch.nn.Parameter)}
+    plan.resident = {i for i, v in enumerate(example_inputs) if is_device_resident(v)}
     return plan
+
+
+def is_device_resident(value: Any) -> bool:
+    """True for inputs kept on the device between calls, uploaded again only when their
+    contents change: parameters, and tensors marked with
+    ``torch._dynamo.mark_static_address`` (data that lives across calls: KV caches,
+    lookup tables, optimizer state; Dynamo marks a module's parameters and buffers so too)."""
+    return isinstance(value, torch.nn.Parameter) or getattr(value, "_is_param", False) \
+        or has_static_address(value)
 
 
 def plan_for_graph(plan: DevicePlan, frame_gm: torch.fx.GraphModule, graph: torch.fx.GraphModule,

@@ -48,6 +48,11 @@ def _result() -> BenchResult:
         Record("steady", "tiny_x*2+1_16", "dynamo_eager", 2e-5, 30),
         Record("steady", "tiny_x*2+1_16", "simaccel", 4e-5, 30),
         Record("guard", "3_scalars[added_guard]", "simaccel", skipped="no Guard"),
+        Record("kernel", "chain8[4M f32]", "eager", 16e-3, 10),
+        Record("kernel", "chain8[4M f32]", "simaccel", 7e-3, 10,
+               {"quick_sizes": False, "kernel_s_per_call": 5e-3}),
+        Record("kernel", "row_reductions[64x128]", "eager", 1e-5, 10),
+        Record("kernel", "row_reductions[64x128]", "simaccel", 1e-5, 10, {"quick_sizes": True}),
     ]
     return BenchResult(recs, ["dynamo_eager", "inductor", "simaccel"], {"quick": True})
 
@@ -60,6 +65,10 @@ def test_targets_are_computed_from_same_run_baselines():
     assert found["simaccel tiny steady call / dynamo_eager"].value == 2.0
     assert found["simaccel tiny steady call / dynamo_eager"].met is False
     assert Target("x", None, 1.0).met is None
+    assert found["simaccel chain8 / eager (full size)"].value == 7e-3 / 16e-3
+    assert found["simaccel chain8 / eager (full size)"].met is True
+    # quick sizes measure per-call overhead, not kernels: no verdict from them
+    assert found["simaccel row_reductions / eager (full size)"].met is None
 
 
 def test_json_holds_recompiles_medians_ratios_and_skips():

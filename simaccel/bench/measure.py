@@ -127,3 +127,20 @@ def guard_check_seconds(fn: Callable, f_locals: dict[str, Any], calls: int = 200
     for _ in range(calls):
         check(f_locals)
     return (time.perf_counter() - start) / calls
+
+
+def device_counters() -> tuple[int, int]:
+    """simaccel's (calls, kernel wall time in ns) so far in this process."""
+    import simaccel
+
+    stats = simaccel.get_device().runtime_stats()
+    return stats["calls"], stats["kernel_wall_ns"]
+
+
+def kernel_seconds_per_call(before: tuple[int, int]) -> float | None:
+    """Mean host time simaccel's kernels took per call since ``before`` (seconds; DMA and
+    per-call overhead excluded), or None if no call ran."""
+    calls, wall_ns = device_counters()
+    if calls == before[0]:
+        return None
+    return (wall_ns - before[1]) / (calls - before[0]) / 1e9

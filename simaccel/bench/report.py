@@ -67,6 +67,8 @@ def _extra_cells(rec: Record) -> str:
         cells.append(f"/steady {x['changed_vs_steady']:.2f}x")
     if x.get("guard_check_s") is not None:
         cells.append(f"guard check {fmt_seconds(x['guard_check_s'])}")
+    if x.get("kernel_s_per_call") is not None:
+        cells.append(f"kernels {fmt_seconds(x['kernel_s_per_call'])}/call")
     if x.get("process_s") is not None:
         cells.append(f"process {fmt_seconds(x['process_s'])}")
     return ", ".join(cells)
@@ -137,7 +139,7 @@ def _scalar_summary(result: BenchResult) -> tuple[float | None, str]:
 
 
 def targets(result: BenchResult) -> list[Target]:
-    """The issue's four targets, computed from this run only."""
+    """The issues' targets, computed from this run only."""
     cold = "compile/cold_mlp3"
     warm_vs_cold = None
     w, c = result.get("compile/warm_mlp3", "simaccel"), result.get(cold, "simaccel")
@@ -152,7 +154,25 @@ def targets(result: BenchResult) -> list[Target]:
                f"(median over scenarios; {note})"),
         Target("simaccel tiny steady call / dynamo_eager",
                _median_ratio(result, "steady/tiny_x*2+1_16", "simaccel", "dynamo_eager"), 1.5),
+        *_kernel_targets(result),
     ]
+
+
+#: issue 2's kernel targets: (workload, largest simaccel/eager time ratio allowed)
+KERNEL_TARGETS = (("chain8", 1 / 2), ("row_reductions", 1 / 1.5),
+                  ("row_reductions_static", 1 / 1.5))
+
+
+def _kernel_targets(result: BenchResult) -> list[Target]:
+    """simaccel/eager per-call time of the kernel workloads issue 2 bounds (full sizes only:
+    the quick sizes measure overhead, not kernels)."""
+    out = []
+    for name, bound in KERNEL_TARGETS:
+        recs = [r for r in result.records if r.group == "kernel" and r.backend == "simaccel"
+                and r.scenario.startswith(name + "[") and not r.extra.get("quick_sizes")]
+        value = _median_ratio(result, recs[0].key, "simaccel", "eager") if recs else None
+        out.append(Target(f"simaccel {name} / eager (full size)", value, bound))
+    return out
 
 
 def to_json(result: BenchResult) -> dict[str, Any]:

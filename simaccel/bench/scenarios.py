@@ -194,10 +194,14 @@ def measure_kernel(name: str, backend: str, cfg: BenchConfig) -> Record:
     compiled, args = prepare_kernel(name, backend, cfg.quick)
     with torch.no_grad(), measure.quiet_gc():
         batch = measure.batch_size_for(compiled, args, budget_s=5e-3)
+        device_before = measure.device_counters() if backend == "simaccel" else None
         times = measure.time_batches(compiled, args, cfg.batches, batch)
     sizes = KERNEL_WORKLOADS[name].sizes[1 if cfg.quick else 0]
+    extra: dict[str, Any] = {"calls_per_batch": batch, "quick_sizes": cfg.quick}
+    if device_before is not None:
+        extra["kernel_s_per_call"] = measure.kernel_seconds_per_call(device_before)
     return Record("kernel", f"{name}[{sizes}]", backend, measure.median(times), len(times),
-                  {"calls_per_batch": batch, "quick_sizes": cfg.quick})
+                  extra)
 
 
 # ---------------------------------------------------------------------- guard overhead

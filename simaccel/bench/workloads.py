@@ -217,6 +217,15 @@ def _reductions_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
     return row_reductions, (torch.randn(*((64, 128) if quick else (4096, 1024))),)
 
 
+def _static_reductions_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
+    """The row reductions on an input marked with ``torch._dynamo.mark_static_address``:
+    data that lives on the device across calls (a KV cache, a lookup table, optimizer
+    state), so a backend need not copy it in again while it is unchanged."""
+    fn, (x,) = _reductions_workload(quick)
+    torch._dynamo.mark_static_address(x)
+    return fn, (x,)
+
+
 KERNEL_WORKLOADS: dict[str, KernelWorkload] = {w.name: w for w in (
     KernelWorkload("chain8", _chain8_workload, ("4M f32", "64K f32")),
     KernelWorkload("mlp", _mlp_workload, ("512-2048-512 b64", "64-256-64 b8"), (1e-3, 1e-3)),
@@ -225,6 +234,8 @@ KERNEL_WORKLOADS: dict[str, KernelWorkload] = {w.name: w for w in (
                    (1e-3, 1e-4)),
     KernelWorkload("row_reductions", _reductions_workload, ("4096x1024", "64x128"),
                    (1e-4, 1e-3)),
+    KernelWorkload("row_reductions_static", _static_reductions_workload,
+                   ("4096x1024", "64x128"), (1e-4, 1e-3)),
 )}
 
 

@@ -169,6 +169,18 @@ class CachingAllocator:
     def malloc(self, nbytes: int) -> Block:
         """A block of at least ``nbytes`` bytes; raises DeviceOutOfMemoryError when even
         releasing cached segments cannot make room (the allocator stays usable)."""
+        block = self.try_malloc(nbytes)
+        if block is None:
+            with self._lock:
+                self._counters["num_ooms"] += 1
+                raise DeviceOutOfMemoryError(
+                    int(nbytes), self.capacity_bytes - self._stats["allocated_bytes"].current,
+                    self._largest_free_block(), self.capacity_bytes)
+        return block
+
+    def try_malloc(self, nbytes: int) -> Block | None:
+        """:meth:`malloc` that returns None instead of raising (and counts no OOM): for a
+        caller that can free memory of its own and ask again."""
         if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes < 0:
             raise SimAccelError(f"malloc() needs a byte count >= 0, got {nbytes!r}")
         nbytes = int(nbytes)
@@ -180,12 +192,7 @@ class CachingAllocator:
                 self.empty_cache()
                 self._counters["num_alloc_retries"] += 1
                 block = self._reserve_segment(size)
-            if block is None:
-                self._counters["num_ooms"] += 1
-                raise DeviceOutOfMemoryError(
-                    nbytes, self.capacity_bytes - self._stats["allocated_bytes"].current,
-                    self._largest_free_block(), self.capacity_bytes)
-            return self._activate(block, size, nbytes)
+            return None if block is None else self._activate(block, size, nbytes)
 
     def _take_cached(self, size: int) -> Block | None:
         i = bisect.bisect_left(self._free_keys, (size, -1))

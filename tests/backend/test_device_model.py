@@ -73,6 +73,28 @@ def test_inplace_parameter_update_is_re_uploaded():
     assert device.runtime_stats()["resident_uploads"] == 1
 
 
+def test_static_address_input_stays_on_the_device_until_it_changes():
+    """torch._dynamo.mark_static_address: uploaded once, again only after an in-place
+    update (its version counter moves); a plain input is copied in on every call."""
+    table, x = torch.randn(512, 64), torch.randn(512, 64)
+    torch._dynamo.mark_static_address(table)
+    compiled = torch.compile(lambda t, y: (t * y).sum(-1), backend="simaccel", dynamic=False)
+    device = simaccel.get_device()
+    compiled(table, x)
+    device.reset_stats()
+    for _ in range(5):
+        torch.testing.assert_close(compiled(table, x), (table * x).sum(-1),
+                                   rtol=1e-4, atol=1e-5)
+    rt, dma = device.runtime_stats(), device.dma_stats()
+    assert rt["resident_uploads"] == 0 and rt["kernel_launches"] >= 5
+    assert dma["h2d.bytes"] == 5 * x.numel() * 4  # only the plain input moves
+    table.mul_(-2.0)  # in place: the device copy is stale now
+    torch.testing.assert_close(compiled(table, x), (table * x).sum(-1), rtol=1e-4, atol=1e-5)
+    assert device.runtime_stats()["resident_uploads"] == 1
+    assert device.runtime_stats()["resident_bytes"] == table.numel() * 4
+    assert device.runtime_stats()["host_fallback_ops"] == 0
+
+
 def test_device_too_small_raises_oom_with_figures_and_recovers():
     model, x = Head().eval(), torch.randn(256, 32)
     device = simaccel.get_device()
