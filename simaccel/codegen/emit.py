@@ -8,10 +8,11 @@ source runs as plain Python under ``NUMBA_DISABLE_JIT=1``.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from simaccel.codegen import scalar_ops
 from simaccel.codegen.ir import (Const, Expr, ExternKernel, IndexValue, Load, Op, PointwiseKernel,
-                                 ReductionKernel, buffers_read, is_float)
+                                 ReductionKernel, StructuralKeys, buffers_read, is_float)
 
 #: iteration spaces with at least this many elements run their outer loop with prange.
 PARALLEL_THRESHOLD = 1 << 20
@@ -49,11 +50,25 @@ def const_source(value, dtype: str) -> str:
     return f"np.{dtype}({int(value)})"
 
 
-class BodyEmitter:
-    """Turns an expression DAG into straight-line statements with one temp per node."""
+#: the kernel-local count of arguments outside a fast helper's exact range.
+RANGE_FLAG = "wide_args"
 
-    def __init__(self, indent: str):
+
+class BodyEmitter:
+    """Turns expression DAGs into straight-line statements with one temp per distinct
+    value: structurally equal nodes (see :class:`StructuralKeys`) share a temp, so loads
+    and subexpressions common to several fused bodies are emitted once.
+
+    With ``fast_trig``, float32 sin/cos use the vectorisable helpers and count the
+    arguments outside their exact range into ``RANGE_FLAG`` (``range_checked`` is then
+    True, and the kernel must recompute itself exactly when the count is non-zero)."""
+
+    def __init__(self, indent: str, fast_trig: bool = False,
+                 keys: StructuralKeys | None = None):
         self.indent = indent
+        self.fast_trig = fast_trig
+        self.range_checked = False
+        self.keys = keys or StructuralKeys()
         self.lines: list[str] = []
         self.names: dict[int, str] = {}
 
@@ -63,7 +78,7 @@ class BodyEmitter:
         return name
 
     def value(self, expr: Expr) -> str:
-        key = id(expr)
+        key = self.keys(expr)
         if key not in self.names:
             self.names[key] = self._emit(expr)
         return self.names[key]
@@ -80,15 +95,37 @@ class BodyEmitter:
         if isinstance(expr, Op):
             args = [self.value(a) for a in expr.args]
             dtypes = [a.dtype for a in expr.args]
+            if self.fast_trig and expr.name in scalar_ops.RANGE_CHECKED and dtypes == ["float32"]:
+                return self._range_checked(expr, args[0])
             src = scalar_ops.render(expr.name, args, dtypes, expr.dtype)
             return self._new(f"{dtype_ctor(expr.dtype)}({src})")
         raise TypeError(f"unknown expression node {type(expr).__name__}")
 
+    def _range_checked(self, expr: Op, arg: str) -> str:
+        name = self._new(f"{dtype_ctor(expr.dtype)}({scalar_ops.RANGE_CHECKED[expr.name]}({arg}))")
+        self.lines.append(f"{self.indent}{RANGE_FLAG} += lib.trig_arg_wide({arg})")
+        self.range_checked = True
+        return name
 
-def _decorator(parallel: bool, fastmath: bool = False) -> str:
-    fm = ", fastmath={'reassoc', 'nsz', 'arcp'}" if fastmath else ""
+
+def _decorator(parallel: bool) -> str:
     return (f"@numba.njit(cache=True, nogil=True, error_model='numpy', "
-            f"parallel={parallel}{fm})\n")
+            f"parallel={parallel})\n")
+
+
+def with_exact_rerun(nest: Callable[[bool], tuple[list[str], bool]],
+                     rerunnable: bool) -> list[str]:
+    """The kernel body from ``nest(fast_trig) -> (lines, range_checked)``, the loop nest at
+    one indent level. A fast nest whose range check can fire is followed by an exact
+    rerun: the fast loop stays call-free (vectorised), and the rare kernel that meets a
+    huge argument pays one more pass with libm. ``rerunnable``: running the nest twice
+    gives the same result (no scatter-accumulate, no read of its own output)."""
+    lines, checked = nest(rerunnable)
+    if not checked:
+        return lines
+    exact, _ = nest(False)
+    return ([f"    {RANGE_FLAG} = 0"] + lines + [f"    if {RANGE_FLAG}:"]
+            + ["    " + line for line in exact])
 
 
 def _loops(index: list[str], shape: tuple[int, ...], parallel: bool,
@@ -110,21 +147,27 @@ def emit_pointwise(k: PointwiseKernel) -> tuple[str, list[str]]:
     """Module source and argument buffer names of a pointwise (or scatter) kernel."""
     args = kernel_args(k.out.buffer, [k.body, *k.store_index_exprs])
     scatter = bool(k.store_offset)
-    shape = k.shape
-    parallel = k.numel >= PARALLEL_THRESHOLD and len(shape) > 0 and not scatter
-    lines, indent = _loops(k.index, shape, parallel, "    ")
-    body = BodyEmitter(indent)
+    parallel = k.numel >= PARALLEL_THRESHOLD and len(k.shape) > 0 and not scatter
+    rerunnable = not scatter and k.out.buffer not in buffers_read([k.body])
+    body = with_exact_rerun(lambda fast: _pointwise_nest(k, parallel, fast), rerunnable)
+    src = (HEADER + "\n\n" + _decorator(parallel) + f"def kernel({', '.join(args)}):\n"
+           + "\n".join(body) + "\n")
+    return src, args
+
+
+def _pointwise_nest(k: PointwiseKernel, parallel: bool,
+                    fast_trig: bool) -> tuple[list[str], bool]:
+    lines, indent = _loops(k.index, k.shape, parallel, "    ")
+    body = BodyEmitter(indent, fast_trig)
     result = body.value(k.body)
-    if scatter:
+    if k.store_offset:
         idx = [f"np.int64({body.value(e)})" for e in k.store_index_exprs]
         offset = k.store_offset.format(*idx)
         op = "+=" if k.accumulate else "="
         store = f"{indent}{k.out.buffer}[{index_source(offset)}] {op} {result}"
     else:
         store = f"{indent}{k.out.buffer}[{index_source(k.out.offset_source(k.index))}] = {result}"
-    src = (HEADER + "\n\n" + _decorator(parallel) + f"def kernel({', '.join(args)}):\n"
-           + "\n".join(lines + body.lines + [store]) + "\n")
-    return src, args
+    return lines + body.lines + [store], body.range_checked
 
 
 _INIT = {
@@ -147,22 +190,22 @@ def _reduce_init(op: str, acc_dtype: str) -> str:
     return const_source(-(1 << bits) if low else (1 << bits) - 1, acc_dtype)
 
 
-def _combine(op: str, v: str, ctor: str) -> list[str]:
+def _combine(op: str, v: str, ctor: str, acc: str) -> list[str]:
     if op == "sum":
-        return [f"acc = {ctor}(acc + {v})"]
+        return [f"{acc} = lib.reassoc_add({acc}, {ctor}({v}))"]
     if op == "prod":
-        return [f"acc = {ctor}(acc * {v})"]
+        return [f"{acc} = {ctor}({acc} * {v})"]
     if op == "max":
-        return [f"acc = lib.maximum(acc, {ctor}({v}))"]
+        return [f"{acc} = lib.max_combine({acc}, {ctor}({v}))"]
     if op == "min":
-        return [f"acc = lib.minimum(acc, {ctor}({v}))"]
+        return [f"{acc} = lib.min_combine({acc}, {ctor}({v}))"]
     if op == "any":
-        return [f"acc = acc or ({v} != 0)"]
+        return [f"{acc} = {acc} or ({v} != 0)"]
     if op == "all":
-        return [f"acc = acc and ({v} != 0)"]
+        return [f"{acc} = {acc} and ({v} != 0)"]
     cmp = ">" if op == "argmax" else "<"
-    return [f"if {v} {cmp} acc or ({v} != {v} and acc == acc):",
-            f"    acc = {v}", "    arg = ridx", ]
+    return [f"if {v} {cmp} {acc} or ({v} != {v} and {acc} == {acc}):",
+            f"    {acc} = {v}", "    arg = ridx", ]
 
 
 def _flat_output_loop(index: list[str], shape: tuple[int, ...],
@@ -186,30 +229,48 @@ def _flat_output_loop(index: list[str], shape: tuple[int, ...],
 
 
 def emit_reduction(k: ReductionKernel) -> tuple[str, list[str]]:
-    """Module source and argument buffer names of a reduction kernel."""
-    args = kernel_args(k.out.buffer, [k.body])
-    out_numel = k.out.numel
-    parallel = k.numel >= PARALLEL_THRESHOLD and len(k.out_index) > 0 and out_numel > 1
+    """Module source and argument buffer names of a reduction kernel and its fused
+    siblings: one loop nest, one accumulator per distinct (op, body), one store each."""
+    parts = k.parts
+    outs = [p.out.buffer for p in parts]
+    reads = buffers_read([p.body for p in parts])
+    args = outs + [b for b in reads if b not in outs]
+    parallel = k.numel >= PARALLEL_THRESHOLD and len(k.out_index) > 0 and k.out.numel > 1
+    rerunnable = not set(outs) & set(reads)
+    body = with_exact_rerun(lambda fast: _reduction_nest(k, parallel, fast), rerunnable)
+    src = (HEADER + "\n\n" + _decorator(parallel) + f"def kernel({', '.join(args)}):\n"
+           + "\n".join(body) + "\n")
+    return src, args
+
+
+def _reduction_nest(k: ReductionKernel, parallel: bool,
+                    fast_trig: bool) -> tuple[list[str], bool]:
     lines, indent = _flat_output_loop(k.out_index, k.out_loop_shape, parallel)
-    acc_ctor = dtype_ctor(k.acc_dtype)
-    lines.append(f"{indent}acc = {_reduce_init(k.reduce_op, k.acc_dtype)}")
-    is_arg = k.reduce_op in ("argmax", "argmin")
+    red_lines, inner = _loops(k.red_index, k.red_shape, False, indent)
+    body = BodyEmitter(inner, fast_trig)
+    acc_of: dict[tuple, str] = {}  # (op, acc dtype, body key) -> accumulator name
+    combine: list[str] = []
+    for part in k.parts:
+        slot = (part.reduce_op, part.acc_dtype, body.keys(part.body))
+        if slot in acc_of:
+            continue
+        acc = acc_of[slot] = f"acc{len(acc_of)}"
+        lines.append(f"{indent}{acc} = {_reduce_init(part.reduce_op, part.acc_dtype)}")
+        v = body.value(part.body)
+        combine += [inner + line for line in
+                    _combine(part.reduce_op, v, dtype_ctor(part.acc_dtype), acc)]
+    is_arg = k.reduce_op in ("argmax", "argmin")  # never fused (see fusion.py)
     if is_arg:
         lines += [f"{indent}arg = 0", f"{indent}ridx = 0"]
-    red_lines, inner = _loops(k.red_index, k.red_shape, False, indent)
-    body = BodyEmitter(inner)
-    v = body.value(k.body)
-    combine = [inner + line for line in _combine(k.reduce_op, v, acc_ctor)]
-    if is_arg:
         combine.append(f"{inner}ridx += 1")
-    result = "arg" if is_arg else (k.finalize.format(acc="acc") if k.finalize else "acc")
-    out_ctor = dtype_ctor("int64" if is_arg else k.out_dtype)
-    store = f"{indent}{k.out.buffer}[{index_source(k.out_offset_src)}] = {out_ctor}({result})"
-    fast = k.reduce_op == "sum" and is_float(k.acc_dtype)
-    src = (HEADER + "\n\n" + _decorator(parallel, fastmath=fast)
-           + f"def kernel({', '.join(args)}):\n"
-           + "\n".join(lines + red_lines + body.lines + combine + [store]) + "\n")
-    return src, args
+    stores = []
+    for part in k.parts:
+        acc = acc_of[(part.reduce_op, part.acc_dtype, body.keys(part.body))]
+        result = "arg" if is_arg else (part.finalize.format(acc=acc) if part.finalize else acc)
+        ctor = dtype_ctor("int64" if is_arg else part.out_dtype)
+        stores.append(f"{indent}{part.out.buffer}[{index_source(part.out_offset_src)}] = "
+                      f"{ctor}({result})")
+    return lines + red_lines + body.lines + combine + stores, body.range_checked
 
 
 def emit_extern(k: ExternKernel) -> tuple[str, list[str]]:

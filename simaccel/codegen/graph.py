@@ -207,6 +207,8 @@ class GraphLowering:
         self.current = None
         metas = [self.meta(v) if isinstance(v, torch.fx.Node) else v
                  for v in _flat_outputs(next(iter(reversed(self.gm.graph.nodes))).args[0])]
+        from simaccel.codegen.fusion import fuse_sibling_reductions  # imports this module
+        self.steps = fuse_sibling_reductions(self.steps)
         return LoweredGraph(self.buffers, self.steps, self.inputs, outputs, metas, self.fallbacks,
                             self.constants)
 

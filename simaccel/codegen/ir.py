@@ -128,6 +128,39 @@ def buffers_read(exprs: list[Expr]) -> list[str]:
     return list(names)
 
 
+class StructuralKeys:
+    """Integer keys of expressions by structure: two nodes get the same key iff they are
+    the same operation on the same operands (same loads, constants, dtypes), i.e. compute
+    the same value, whichever lowering built them. Linear in the DAG's size."""
+
+    def __init__(self) -> None:
+        self._keys: dict[tuple, int] = {}
+        self._by_node: dict[int, tuple[int, Expr]] = {}  # keeps the node alive: ids stay unique
+
+    def __call__(self, expr: Expr) -> int:
+        known = self._by_node.get(id(expr))
+        if known is not None:
+            return known[0]
+        children = tuple(self(c) for c in expr.children())
+        shape = (type(expr).__name__, expr.dtype, _own_fields(expr), children)
+        key = self._keys.setdefault(shape, len(self._keys))
+        self._by_node[id(expr)] = (key, expr)
+        return key
+
+
+def _own_fields(expr: Expr) -> tuple:
+    if isinstance(expr, Const):
+        # hex() tells 0.0 from -0.0 and equates 1 with 1.0 (the same emitted constant)
+        return (float(expr.value).hex() if is_float(expr.dtype) else repr(expr.value),)
+    if isinstance(expr, Load):
+        return (expr.buffer, expr.offset)
+    if isinstance(expr, IndexValue):
+        return (expr.index,)
+    if isinstance(expr, Op):
+        return (expr.name,)
+    raise TypeError(f"unknown expression node {type(expr).__name__}")
+
+
 # --------------------------------------------------------------------------- kernels
 
 
@@ -200,10 +233,19 @@ class ReductionKernel:
     reduce_op: str
     acc_dtype: str
     finalize: str = ""  # optional source applied to ``acc`` (e.g. mean's division)
+    #: horizontal fusion: more reductions over the same loop nest (same ``out_index``,
+    #: ``out_loop_shape``, ``red_index``, ``red_shape``), computed in the same pass over
+    #: the input, each into its own output (see :mod:`simaccel.codegen.fusion`).
+    siblings: list["ReductionKernel"] = field(default_factory=list)
 
     @property
     def numel(self) -> int:
         return self.out.numel * int(np.prod(self.red_shape, dtype=np.int64))
+
+    @property
+    def parts(self) -> list["ReductionKernel"]:
+        """This reduction and its fused siblings, in program order."""
+        return [self, *self.siblings]
 
 
 @dataclass

@@ -14,13 +14,17 @@ from simaccel.codegen.ir import is_float
 Renderer = Callable[[list[str], list[str], str], str]
 
 _UNARY_NP = {
-    "exp": "lib.vexp", "log": "np.log", "log1p": "np.log1p", "expm1": "np.expm1",
+    "exp": "lib.vexp", "log": "lib.vlog", "log1p": "np.log1p", "expm1": "np.expm1",
     "sqrt": "np.sqrt", "sin": "np.sin", "cos": "np.cos", "tan": "np.tan", "tanh": "lib.vtanh",
     "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan", "sinh": "np.sinh",
     "cosh": "np.cosh", "log2": "np.log2", "log10": "np.log10", "exp2": "np.exp2",
     "floor": "np.floor", "ceil": "np.ceil", "trunc": "np.trunc", "abs": "np.abs",
     "isinf": "np.isinf", "isfinite": "np.isfinite",
 }
+#: float32 ops with a vectorisable helper that is exact only for arguments that
+#: ``lib.trig_arg_wide`` does not flag; the emitter uses it where a kernel can recompute
+#: itself with the libm op above when some argument is flagged (see emit.py).
+RANGE_CHECKED = {"sin": "lib.vsin", "cos": "lib.vcos"}
 _HELPERS_UNARY = {"sigmoid": "lib.sigmoid", "erf": "lib.verf", "round": "lib.round_half_even"}
 _BINARY_INFIX = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or": "|",
                  "bitwise_xor": "^", "lshift": "<<", "rshift": ">>"}

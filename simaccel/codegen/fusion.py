@@ -1,0 +1,104 @@
+"""Horizontal fusion of sibling reductions.
+
+``x.sum(-1), x.amax(-1), x.mean(-1)`` lower to three reduction kernels that each read
+all of ``x``. Reductions over the same loop nest (same output iteration space, same
+reduced dims) fold into one :class:`ReductionKernel` with ``siblings``: one pass over the
+input, one accumulator per distinct (op, body), one store per output (emit.py). A later
+reduction joins an earlier one only if it can move up to it: it does not read what the
+earlier one or any step in between writes, and nothing in between touches its output.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from simaccel.codegen.graph import HostOp
+from simaccel.codegen.ir import (PointwiseKernel, ReductionKernel, StructuralKeys,
+                                 buffers_read)
+from simaccel.codegen.values import Realized
+
+#: reductions whose combine step is branch-free: fusing them keeps the loop vectorisable.
+#: (argmax/argmin/any/all branch per element and stay alone.)
+FUSABLE_OPS = ("sum", "prod", "max", "min")
+
+
+def fuse_sibling_reductions(steps: list[Any]) -> list[Any]:
+    """``steps`` with every fusable reduction folded into an earlier one it can join."""
+    fused: list[Any] = []
+    for step in steps:
+        host = _fusion_host(fused, step) if _fusable(step) else None
+        if host is None:
+            fused.append(step)
+            continue
+        host.siblings.append(step)
+        host.name = f"{host.name}_{_op_label(step)}"
+    return fused
+
+
+def _fusable(step: Any) -> bool:
+    return isinstance(step, ReductionKernel) and step.reduce_op in FUSABLE_OPS \
+        and not step.siblings
+
+
+def _same_loop_nest(a: ReductionKernel, b: ReductionKernel) -> bool:
+    return (a.out_index == b.out_index and a.out_loop_shape == b.out_loop_shape
+            and a.red_index == b.red_index and a.red_shape == b.red_shape)
+
+
+def _fusion_host(earlier: list[Any], step: ReductionKernel) -> ReductionKernel | None:
+    """The step of ``earlier`` that ``step`` joins, or None: among those it can move up
+    to, one that already accumulates the same (op, body) (the two then share one
+    accumulator, as mean and sum of the same rows do), else the nearest."""
+    reads, writes = step_buffers(step)
+    keys = StructuralKeys()
+    hosts = []
+    for candidate in reversed(earlier):
+        touched = step_buffers(candidate)
+        if touched is None or touched[1] & reads or (touched[0] | touched[1]) & writes:
+            break  # step cannot move above candidate
+        if _fusable_host(candidate) and _same_loop_nest(candidate, step):
+            hosts.append(candidate)
+    for host in hosts:
+        if any(_same_accumulator(part, step, keys) for part in host.parts):
+            return host
+    return hosts[0] if hosts else None
+
+
+def _same_accumulator(a: ReductionKernel, b: ReductionKernel, keys: StructuralKeys) -> bool:
+    return (a.reduce_op, a.acc_dtype, keys(a.body)) == (b.reduce_op, b.acc_dtype, keys(b.body))
+
+
+def _fusable_host(step: Any) -> bool:
+    return isinstance(step, ReductionKernel) and step.reduce_op in FUSABLE_OPS
+
+
+def _op_label(step: ReductionKernel) -> str:
+    return step.name.split("_", 2)[-1]  # "reduce_<n>_<op>" (graph.kernel_name)
+
+
+def step_buffers(step: Any) -> tuple[set[str], set[str]] | None:
+    """(buffers read, buffers written) of a step, conservative (a template or library
+    kernel may write any of its buffers); None if unknown (nothing moves across it)."""
+    if isinstance(step, ReductionKernel):
+        parts = step.parts
+        return set(buffers_read([p.body for p in parts])), {p.out.buffer for p in parts}
+    if isinstance(step, PointwiseKernel):
+        reads = set(buffers_read([step.body, *step.store_index_exprs]))
+        if step.accumulate:
+            reads.add(step.out.buffer)
+        return reads, {step.out.buffer}
+    if isinstance(step, HostOp):
+        reads = _realized_buffers((step.args, step.kwargs))
+        return reads, {o.layout.buffer for o in step.outputs if o is not None}
+    if hasattr(step, "buffers"):  # template and library kernels
+        return set(step.buffers), set(step.buffers)
+    return None
+
+
+def _realized_buffers(obj: Any) -> set[str]:
+    if isinstance(obj, Realized):
+        return {obj.layout.buffer}
+    if isinstance(obj, (list, tuple)):
+        return set().union(*(_realized_buffers(o) for o in obj)) if obj else set()
+    if isinstance(obj, dict):
+        return _realized_buffers(list(obj.values()))
+    return set()
