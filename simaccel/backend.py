@@ -48,12 +48,24 @@ _EXTRA_DECOMPS = [
 
 @functools.lru_cache(maxsize=1)
 def decompositions() -> dict[Any, Callable[..., Any]]:
-    """The decomposition table AOTAutograd applies (built once: it takes ~50 ms)."""
-    table = dict(core_aten_decompositions())
+    """The decomposition table AOTAutograd applies (built once; a few ms, as AOTAutograd
+    has already loaded torch's decompositions)."""
+    table = dict(_core_aten_table())
     table.update(get_decompositions(_EXTRA_DECOMPS))
     for op in (aten.var_mean.correction, aten.std.correction):
         table.pop(op, None)  # lowered directly (two-pass, float64 accumulation)
     return table
+
+
+def _core_aten_table() -> dict[Any, Callable[..., Any]]:
+    """The ATen part of ``core_aten_decompositions()``. That table also lists every
+    CompositeImplicitAutograd op (for torch.export), and finding them walks all of ATen
+    (~50 ms of a warm compile); AOTAutograd decomposes those ops by dispatch anyway."""
+    try:
+        from torch._decomp import _core_aten_decompositions_post_autograd
+    except ImportError:  # pragma: no cover - other torch versions
+        return dict(core_aten_decompositions())
+    return _core_aten_decompositions_post_autograd()
 
 
 _GRAPH_IDS = itertools.count()

@@ -5,18 +5,20 @@ The passes, in order (each a named function, as in numba's pipelines):
 
 1. ``lower``      ATen graph -> kernel IR + host ops  (:mod:`graph`)
 2. ``emit``       kernel IR -> Python source            (:mod:`emit`)
-3. ``jit``        source -> numba machine code, via the on-disk cache (:mod:`cache`)
+3. ``jit``        source -> machine code via the on-disk cache (:mod:`cache`): numba
+                  compiles on a miss; a hit loads a native object without numba.
+                  Library kernels (GEMM) need no code: they become launches as they are.
 4. ``assemble``   steps + buffers -> ProgramSpec        (this module)
 """
 from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numba
 import numpy as np
 import torch
 
@@ -24,6 +26,7 @@ from simaccel.codegen.cache import KernelCache
 from simaccel.codegen.emit import emit_extern, emit_pointwise, emit_reduction
 from simaccel.codegen.graph import HostOp, LoweredGraph
 from simaccel.codegen.ir import ExternKernel, PointwiseKernel, ReductionKernel
+from simaccel.codegen.library import LibraryKernel
 from simaccel.codegen.values import Realized
 from simaccel.runtime.program import (BufferDecl, HostStep, LaunchStep, OutputDecl,
                                       ProgramSpec)
@@ -61,15 +64,29 @@ class CompileResult:
     kernels: list[KernelInfo] = field(default_factory=list)
 
 
-def _array_type(dtype: str) -> Any:
-    return numba.types.Array(numba.from_dtype(np.dtype(storage_dtype(dtype))), 1, "C")
+def _array_type(dtype: str) -> str:
+    """numba's name of a flat C array of ``dtype`` (no numba import needed to say it)."""
+    return f"array({np.dtype(storage_dtype(dtype)).name}, 1d, C)"
+
+
+_BUFFER_NAME = re.compile(r"\bbuf\d+\b")
+
+
+def _positional_names(source: str, args: list[str]) -> str:
+    """``source`` with its buffer arguments renamed ``_a0, _a1, ...`` by position: two
+    kernels that differ only in which buffers they read (the bias + ReLU of two layers of
+    the same width) become one source, compiled and cached once."""
+    names = {name: f"_a{k}" for k, name in enumerate(args)}
+    return _BUFFER_NAME.sub(lambda m: names.get(m.group(0), m.group(0)), source)
 
 
 def _emit(kernel: Any) -> tuple[str, list[str], list[Any]]:
     if isinstance(kernel, PointwiseKernel):
-        return (*emit_pointwise(kernel), [])
+        source, args = emit_pointwise(kernel)
+        return _positional_names(source, args), args, []
     if isinstance(kernel, ReductionKernel):
-        return (*emit_reduction(kernel), [])
+        source, args = emit_reduction(kernel)
+        return _positional_names(source, args), args, []
     if isinstance(kernel, ExternKernel):
         return (*emit_extern(kernel), list(kernel.params))
     raise TypeError(f"unknown kernel {type(kernel).__name__}")
@@ -77,17 +94,25 @@ def _emit(kernel: Any) -> tuple[str, list[str], list[Any]]:
 
 def _cost(kernel: Any, lowered: LoweredGraph) -> tuple[float, float]:
     """(flops, bytes) of a kernel for the roofline model."""
-    if isinstance(kernel, ExternKernel):
+    if isinstance(kernel, (ExternKernel, LibraryKernel)):
         return kernel.flops, kernel.bytes_moved
     numel = kernel.numel
     itemsize = np.dtype(storage_dtype(lowered.buffers[kernel.out.buffer].dtype)).itemsize
     return float(numel), float(numel * itemsize * 2)
 
 
+def library_step(kernel: LibraryKernel, lowered: LoweredGraph) -> tuple[LaunchStep, KernelInfo]:
+    """A library call (no code generated): launched on device buffers like any kernel."""
+    flops, nbytes = _cost(kernel, lowered)
+    step = LaunchStep(kernel.name, kernel.fn, list(kernel.buffers), list(kernel.params),
+                      flops, nbytes)
+    return step, KernelInfo(kernel.name, "library", "library", kernel.fn.__qualname__, 0.0)
+
+
 def jit_kernel(kernel: Any, lowered: LoweredGraph, device: Any) -> tuple[LaunchStep, KernelInfo]:
     source, buffers, params = _emit(kernel)
     signature = tuple(_array_type(lowered.buffers[b].dtype) for b in buffers)
-    signature += tuple(numba.types.int64 for _ in params)
+    signature += tuple("int64" for _ in params)
     start = time.perf_counter()
     loaded = _CACHE.load(source, signature)
     elapsed = (time.perf_counter() - start) * 1e3
@@ -156,7 +181,10 @@ def assemble(lowered: LoweredGraph, device: Any, name: str) -> CompileResult:
         if isinstance(item, HostOp):
             steps.append(host_step(item))
             continue
-        step, info = jit_kernel(item, lowered, device)
+        if isinstance(item, LibraryKernel):
+            step, info = library_step(item, lowered)
+        else:
+            step, info = jit_kernel(item, lowered, device)
         steps.append(step)
         infos.append(info)
     buffers = {n: BufferDecl(n, storage_dtype(b.dtype), b.numel, b.kind)

@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 
-from simaccel.codegen import templates
+from simaccel.codegen import library, templates
 from simaccel.codegen.graph import GraphLowering, Unsupported, extern
 from simaccel.codegen.ir import is_float
 from simaccel.codegen.lowering import elementwise, register
@@ -41,10 +41,15 @@ def matmul(ctx: GraphLowering, a: TensorValue, b: TensorValue, dtype: str) -> Re
     out = ctx.new_tensor((batch, m, n) if a.ndim == 3 else (m, n), dtype)
     ra, a_t, a_bs = _matrix_operand(ctx, a, dtype)
     rb, b_t, b_bs = _matrix_operand(ctx, b, dtype)
-    src = templates.matmul(a_t, b_t, blas=is_float(dtype))
-    extern(ctx, src, [out.layout.buffer, ra.layout.buffer, rb.layout.buffer],
-           [batch, m, k, n, ra.layout.offset, a_bs, rb.layout.offset, b_bs],
-           flops=2 * batch * m * n * k, bytes_moved=4 * (batch * (m * k + k * n + m * n)))
+    buffers = [out.layout.buffer, ra.layout.buffer, rb.layout.buffer]
+    params = [batch, m, k, n, ra.layout.offset, a_bs, rb.layout.offset, b_bs]
+    flops, nbytes = 2 * batch * m * n * k, 4 * (batch * (m * k + k * n + m * n))
+    if dtype in library.GEMM_DTYPES:  # a BLAS call on the device buffers: no JIT compile
+        ctx.add_kernel(library.LibraryKernel(ctx.kernel_name("gemm"), library.gemm, buffers,
+                                             params + [int(a_t), int(b_t)], flops, nbytes))
+        return out
+    extern(ctx, templates.matmul(a_t, b_t), buffers, params,
+           flops=flops, bytes_moved=nbytes)
     return out
 
 

@@ -2,8 +2,9 @@
 
 Each template is the source of one function ``kernel(<flat buffers>, <int params>)``.
 Shapes arrive as parameters, so one compiled template serves every shape; only the
-operand layouts (row-major or transposed) are baked into the source. Matmuls go
-through numba's BLAS-backed ``np.dot``.
+operand layouts (row-major or transposed) are baked into the source. Float matmuls are
+library calls (:mod:`simaccel.codegen.library`); convolutions use numba's BLAS-backed
+``np.dot``.
 """
 from __future__ import annotations
 
@@ -15,22 +16,19 @@ def _mat(name: str, off: str, rows: str, cols: str, transposed: bool) -> str:
     return f"{name}[{off}:{off} + {rows}*{cols}].reshape(({rows}, {cols}))"
 
 
-def matmul(a_t: bool, b_t: bool, blas: bool) -> str:
-    """Batched ``out[b] = a[b] @ b[b]``; batch strides may be 0 (broadcast)."""
+def matmul(a_t: bool, b_t: bool) -> str:
+    """Batched ``out[b] = a[b] @ b[b]`` by loops, for dtypes BLAS has no GEMM for (integers;
+    float GEMMs are library calls, see :mod:`simaccel.codegen.library`). Batch strides may
+    be 0 (broadcast)."""
     a = _mat("a", "ao", "M", "K", a_t)
     b = _mat("b", "bo", "K", "N", b_t)
-    if blas:
-        inner = (f"        A = {a}\n        B = {b}\n"
-                 f"        O = out[oo:oo + M*N].reshape((M, N))\n"
-                 f"        np.dot(A, B, O)\n")
-    else:
-        inner = (f"        A = {a}\n        B = {b}\n"
-                 f"        for i in range(M):\n"
-                 f"            for j in range(N):\n"
-                 f"                acc = 0\n"
-                 f"                for k in range(K):\n"
-                 f"                    acc += A[i, k] * B[k, j]\n"
-                 f"                out[oo + i*N + j] = acc\n")
+    inner = (f"        A = {a}\n        B = {b}\n"
+             f"        for i in range(M):\n"
+             f"            for j in range(N):\n"
+             f"                acc = 0\n"
+             f"                for k in range(K):\n"
+             f"                    acc += A[i, k] * B[k, j]\n"
+             f"                out[oo + i*N + j] = acc\n")
     return (
         "def kernel(out, a, b, BATCH, M, K, N, a_off, a_bs, b_off, b_bs):\n"
         "    if K == 0:\n"

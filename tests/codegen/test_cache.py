@@ -2,11 +2,8 @@
 are missing, truncated or tampered with get rebuilt, never trusted and never a crash."""
 from __future__ import annotations
 
-import json
 import os
 import stat
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -14,6 +11,7 @@ import numba
 import numpy as np
 import pytest
 
+from conftest import run_child_program
 from simaccel.codegen.cache import KernelCache
 from simaccel.errors import SimAccelError
 
@@ -41,11 +39,7 @@ PROGRAM = textwrap.dedent("""\
 
 
 def _run_program(cache_dir: Path, **env: str) -> dict:
-    environ = {**os.environ, "SIMACCEL_CACHE_DIR": str(cache_dir), **env}
-    proc = subprocess.run([sys.executable, "-c", PROGRAM], env=environ, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_child_program(PROGRAM, cache_dir, **env)
 
 
 def test_second_process_loads_kernels_from_disk(tmp_path):

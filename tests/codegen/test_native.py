@@ -1,0 +1,131 @@
+"""Native kernel objects: a kernel numba compiled once loads in a later process without
+numba, runs the same machine code, and anything unsound falls back to numba."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simaccel.codegen import native
+from conftest import run_child_program
+from simaccel.codegen.cache import KernelCache
+
+F32 = "array(float32, 1d, C)"
+SIG = (F32, F32, "int64")
+SOURCE = textwrap.dedent("""\
+    import numba
+    import numpy as np
+
+
+    @numba.njit(cache=True, error_model='numpy')
+    def kernel(out, a, n):
+        for i in range(n):
+            out[i] = np.exp(a[i]) * np.float32(2.0) + np.float32(1.0)
+    """)
+#: numba's threading layer is part of numba, not of the process: never exported.
+PARALLEL_SOURCE = SOURCE.replace("error_model='numpy'", "error_model='numpy', parallel=True") \
+    .replace("range(n)", "numba.prange(n)")
+
+
+def _expected(a: np.ndarray) -> np.ndarray:
+    return np.exp(a) * np.float32(2.0) + np.float32(1.0)
+
+
+def _run(fn, n: int = 7) -> tuple[np.ndarray, np.ndarray]:
+    a = np.linspace(-2, 2, n, dtype=np.float32)
+    out = np.zeros_like(a)
+    fn(out, a, n)
+    return out, a
+
+
+def _native_files(root: Path) -> list[Path]:
+    return sorted(root.glob("*.native"))
+
+
+def test_compiled_kernel_is_exported_and_loads_natively(tmp_path):
+    compiled = KernelCache(tmp_path).load(SOURCE, SIG)
+    assert compiled.origin == "compiled" and len(_native_files(tmp_path)) == 1
+    again = KernelCache(tmp_path).load(SOURCE, SIG)  # a new process's cache object
+    assert again.origin == "disk" and isinstance(again.fn, native.NativeKernel)
+    out, a = _run(again.fn)
+    reference, _ = _run(compiled.fn)
+    np.testing.assert_array_equal(out, reference)  # the same machine code
+    np.testing.assert_allclose(out, _expected(a), rtol=1e-6)
+
+
+def test_native_kernel_rebinds_new_arrays_and_checks_them(tmp_path):
+    KernelCache(tmp_path).load(SOURCE, SIG)
+    fn = KernelCache(tmp_path).load(SOURCE, SIG).fn
+    for n in (3, 9, 3):  # new arrays each call: pointers are never stale
+        out, a = _run(fn, n)
+        np.testing.assert_allclose(out, _expected(a), rtol=1e-6)
+    with pytest.raises(TypeError, match="float32"):
+        fn(np.zeros(4), np.zeros(4), 4)
+
+
+def test_parallel_kernel_stays_with_numba(tmp_path):
+    KernelCache(tmp_path).load(PARALLEL_SOURCE, SIG)
+    assert _native_files(tmp_path) == []
+    again = KernelCache(tmp_path).load(PARALLEL_SOURCE, SIG)
+    assert again.origin == "disk" and not isinstance(again.fn, native.NativeKernel)
+    out, a = _run(again.fn)
+    np.testing.assert_allclose(out, _expected(a), rtol=1e-6)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "header"])
+def test_damaged_native_object_is_dropped_for_numba(tmp_path, damage, caplog):
+    KernelCache(tmp_path).load(SOURCE, SIG)
+    path, = _native_files(tmp_path)
+    blob = bytearray(path.read_bytes())
+    if damage == "flip":
+        blob[-40] ^= 0xFF
+    elif damage == "truncate":
+        blob = blob[: len(blob) // 2]
+    else:
+        blob = blob.replace(b'"sha256"', b'"sha257"')
+    path.write_bytes(bytes(blob))
+    again = KernelCache(tmp_path).load(SOURCE, SIG)
+    assert not isinstance(again.fn, native.NativeKernel)
+    out, a = _run(again.fn)
+    np.testing.assert_allclose(out, _expected(a), rtol=1e-6)
+    assert "damaged" in caplog.text and not path.exists()
+
+
+def test_object_needing_an_unknown_symbol_is_refused():
+    assert native.load_object(b"not an object", SIG) is None
+    header = {"entry": native.ENTRY, "signature": list(SIG), "undefined": ["numba_gil_ensure"],
+              "sha256": "0" * 64}
+    assert native.load_object(native.MAGIC + json.dumps(header).encode() + b"\n", SIG) is None
+
+
+def test_only_flat_arrays_then_ints_are_exportable():
+    assert native.exportable((F32, "int64"))
+    assert not native.exportable(("int64", F32))
+    assert not native.exportable(("array(float32, 2d, C)",))
+    assert not native.exportable((F32, "float64"))
+
+
+PROGRAM = textwrap.dedent("""\
+    import json, sys, torch, simaccel
+    x = torch.arange(12.0).reshape(3, 4)
+    f = torch.compile(lambda x: (x.exp() * 2 + 1).relu().sum(0), backend="simaccel")
+    out = f(x)
+    assert torch.allclose(out, (x.exp() * 2 + 1).relu().sum(0))
+    stats = simaccel.get_device().runtime_stats()
+    print(json.dumps({"numba": "numba" in sys.modules, **stats}))
+    """)
+
+
+def _run_program(cache_dir: Path, **env: str) -> dict:
+    return run_child_program(PROGRAM, cache_dir, **env)
+
+
+def test_warm_process_runs_without_importing_numba(tmp_path):
+    first = _run_program(tmp_path)
+    assert first["numba"] and first["kernels_compiled"] > 0
+    second = _run_program(tmp_path)
+    assert second["kernel_cache_hits"] == first["kernels_compiled"]
+    assert second["kernel_launches"] > 0 and not second["numba"]
