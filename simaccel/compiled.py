@@ -20,7 +20,7 @@ class CompiledGraph:
     _boxed_call = True
 
     def __init__(self, program: Program, output_meta: list[Any], scalar_outputs: dict[int, Any],
-                 resident: set[int] | None = None):
+                 resident: set[int] | None = None, report: Any = None):
         self.program = program
         self.output_meta = output_meta
         #: (shape, stride, dtype) of each tensor output, None for Python values
@@ -28,6 +28,8 @@ class CompiledGraph:
         self.scalar_outputs = scalar_outputs
         #: argument indices kept resident (parameters); None: detect at the first call
         self.resident: set[int] | None = resident
+        #: the graph's CompileReport (None for graphs compiled outside the backend)
+        self.report = report
 
     def __call__(self, args: list[Any]) -> list[Any]:
         if self.resident is None:
@@ -44,6 +46,12 @@ class CompiledGraph:
             outputs[index] = value(args) if callable(value) else value
         args.clear()
         return outputs
+
+
+    def call_unboxed(self, *args: Any) -> list[Any]:
+        """Dynamo's calling convention (positional arguments), for graphs Dynamo calls
+        directly, without AOTAutograd's runtime wrapper."""
+        return self(list(args))
 
 
 def _content_key(t: torch.Tensor) -> tuple:

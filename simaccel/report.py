@@ -22,6 +22,9 @@ class CompileReport:
     guards: Any = None  # simaccel.guards report (lifted / dropped / kept / added)
     compile_ms: float = 0.0
     ops: int = 0
+    #: how Dynamo calls a forward graph: directly, or through AOTAutograd's runtime wrapper
+    #: and why ("" for backward graphs and graphs compiled for training)
+    call_path: str = ""
 
     def __str__(self) -> str:
         return self.render(list_kernels=True)
@@ -46,6 +49,8 @@ class CompileReport:
             lines += [f"    {op}: {reason}" for op, reason in self.host_fallbacks]
         else:
             lines.append("  host fallbacks: none")
+        if self.call_path:
+            lines.append(f"  call path: {self.call_path}")
         if self.memory_plan:
             mp = self.memory_plan
             lines.append(f"  memory plan: planned peak {mp.get('planned_bytes', 0)} bytes, "

@@ -24,7 +24,7 @@ import operator
 import re
 import struct
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from simaccel.errors import SimAccelError
 
@@ -273,6 +273,19 @@ class NativeKernel:
         status = self._fn(*bound[1])
         if status == _STATUS_EXCEPTION or status > 0:
             raise SimAccelError(f"native kernel raised (numba status {status})")
+
+    def bind(self, *args: Any) -> Callable[[], None]:
+        """A zero-argument launch on ``args`` with their C form made now (the runtime binds
+        each kernel once per workspace: its device views do not change between calls)."""
+        c_args = self._c_arguments(args)
+        fn = self._fn
+
+        def launch() -> None:
+            status = fn(*c_args)
+            if status == _STATUS_EXCEPTION or status > 0:
+                raise SimAccelError(f"native kernel raised (numba status {status})")
+        launch.arrays = args  # type: ignore[attr-defined]  # keeps the pointers valid
+        return launch
 
     def _c_arguments(self, args: tuple) -> tuple:
         if len(args) != self._nargs:

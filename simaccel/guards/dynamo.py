@@ -83,7 +83,17 @@ _REQUIRED_ATTRS: tuple[tuple[str, str], ...] = (
     ("torch._guards", "GuardsSet.track_guard_by_source"),
     ("torch.utils._sympy.symbol", "symbol_is_type"),
     ("torch.utils._sympy.symbol", "SymT.FLOAT"),
+    ("torch._dynamo.utils", "GmWrapper"),
+    ("torch._functorch._aot_autograd.schemas", "OutputType.non_alias"),
+    ("torch._functorch._aot_autograd.schemas", "SubclassCreationMeta"),
+    ("torch._functorch._aot_autograd.schemas", "ViewAndMutationMeta"),
+    ("torch._guards", "TracingContext.try_get"),
 )
+
+
+#: the fields of AOTAutograd's graph metadata runtime_wrapper_needed reads
+_AOT_META_FIELDS = {"input_info", "output_info", "num_intermediate_bases", "tokens",
+                    "subclass_inp_meta"}
 
 
 def assert_supported_torch() -> None:
@@ -108,6 +118,10 @@ def assert_supported_torch() -> None:
     from torch._dynamo import pgo
     if "scalar" not in {f.name for f in dataclasses.fields(pgo.FrameStateSizeEntry)}:
         raise SimAccelError("torch internals changed: FrameStateSizeEntry has no 'scalar'")
+    from torch._functorch._aot_autograd.schemas import ViewAndMutationMeta
+    missing = _AOT_META_FIELDS - {f.name for f in dataclasses.fields(ViewAndMutationMeta)}
+    if missing:
+        raise SimAccelError(f"torch internals changed: ViewAndMutationMeta has no {missing}")
     from torch._dynamo.exc import RestartAnalysis, TensorifyScalarRestartAnalysis
     if not issubclass(TensorifyScalarRestartAnalysis, RestartAnalysis):
         raise SimAccelError("torch internals changed: TensorifyScalarRestartAnalysis is no "
@@ -780,3 +794,48 @@ def has_static_address(value: Any) -> bool:
     mark is a private attribute of Dynamo's; Dynamo also marks the parameters and buffers
     of the modules it inlines)."""
     return getattr(value, "_dynamo_static_input_type", None) is not None
+
+
+# ---------------------------------------------------------------- AOTAutograd's runtime wrapper
+
+def runtime_wrapper_needed(frame_gm: torch.fx.GraphModule, graph: torch.fx.GraphModule,
+                           frame_inputs: int, autocast: bool) -> str | None:
+    """Why the inference graph AOTAutograd is compiling needs AOTAutograd's runtime
+    wrapper around it, or None when calling it directly with the frame's arguments is
+    exactly what the wrapper would do. Call it inside the inference compiler; ``autocast``:
+    whether autocast was on when Dynamo called the backend (AOTAutograd turns it off while
+    it traces, so it cannot be read here).
+
+    The wrapper (~8 us a call on the 2-core machine: two Dynamo-disable frames, grad-mode
+    and autocast switches, output handling) exists for input mutations, outputs that alias
+    inputs or each other, effect tokens, tensor subclasses, functionalized RNG, parameters
+    the module holds itself, inputs AOTAutograd deduplicated, and autocast (the graph has
+    its casts baked in, so torch ops run by host fallbacks or library kernels must not
+    autocast again). Its metadata (``ViewAndMutationMeta``) is AOTAutograd's private state.
+    """
+    from torch._dynamo.utils import GmWrapper
+    from torch._functorch._aot_autograd.schemas import OutputType, SubclassCreationMeta
+    from torch._guards import TracingContext
+    ctx = TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    placeholders = sum(1 for n in graph.graph.nodes if n.op == "placeholder")
+    checks = (
+        (meta is None, "AOTAutograd gave no graph metadata"),
+        (isinstance(frame_gm, GmWrapper), "Dynamo passes this frame's inputs boxed"),
+        (placeholders != frame_inputs,
+         "the graph's inputs are not the frame's (module-held parameters or deduplicated "
+         "inputs)"),
+        (autocast, "autocast is enabled"),
+    )
+    for failed, reason in checks:
+        if failed:
+            return reason
+    if any(i.mutates_data or i.mutates_metadata for i in meta.input_info):
+        return "the graph mutates an input"
+    if any(o.output_type != OutputType.non_alias for o in meta.output_info) \
+            or meta.num_intermediate_bases:
+        return "an output aliases an input or another output"
+    if meta.tokens or meta.is_rng_op_functionalized \
+            or any(isinstance(m, SubclassCreationMeta) for m in meta.subclass_inp_meta):
+        return "effect tokens, functionalized RNG or a tensor subclass input"
+    return None

@@ -10,6 +10,7 @@ This module knows nothing of torch: buffers are numpy arrays over device memory.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import weakref
@@ -257,7 +258,7 @@ class Program:
         views[_OUTPUT_COPIES] = [(k, _output_view(views, out), out.buffer)
                                  for k, out in enumerate(self.spec.outputs) if out is not None]
         views[_INPUT_DSTS] = [views[name] for _, name in self._streamed_inputs]
-        views[_STEP_ARGS] = [[views[b] for b in step.buffers] + list(step.params)
+        views[_STEP_ARGS] = [_bind(step.fn, [views[b] for b in step.buffers] + list(step.params))
                              if isinstance(step, LaunchStep) else None
                              for step in self.spec.steps]
         self._view_cache = (block.offset, views)
@@ -335,11 +336,11 @@ class Program:
         clock = time.perf_counter_ns
         end = ready_ns
         wall = 0
-        for step, args, duration in zip(self.spec.steps, views[_STEP_ARGS], self._durations):
-            if args is not None:
+        for step, launch, duration in zip(self.spec.steps, views[_STEP_ARGS], self._durations):
+            if launch is not None:
                 with device.compute_lock:
                     t0 = clock()
-                    step.fn(*args)
+                    launch()
                     wall += clock() - t0
                 end = schedule(step.name, duration, end)[1]
             else:
@@ -375,6 +376,14 @@ class Program:
 
 #: (output position, strided device view, buffer name) of every tensor output
 _OUTPUT_COPIES = "__output_copies__"
+
+
+def _bind(fn: Callable[..., Any], args: list[Any]) -> Callable[[], Any]:
+    """``fn`` launched on ``args`` as a zero-argument call, made once per workspace (the
+    views never change while it is cached); a kernel that can pre-convert its arguments
+    (a native object: C pointers) does so in its ``bind``."""
+    bind = getattr(fn, "bind", None)
+    return bind(*args) if bind is not None else functools.partial(fn, *args)
 _STEP_ARGS = "__step_args__"
 _INPUT_DSTS = "__input_dsts__"
 

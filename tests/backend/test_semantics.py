@@ -59,3 +59,49 @@ def test_noncontiguous_output_strides_match_eager():
     out = _run(f, x)
     torch.testing.assert_close(out, f(x))
     assert out.shape == (5, 3)
+
+
+def _last_call_path() -> str:
+    return simaccel.reports()[-1].call_path
+
+
+def test_plain_inference_graph_is_called_without_the_aot_runtime_wrapper():
+    """No mutation, no aliasing, no grad: Dynamo calls the compiled graph directly."""
+    x = torch.randn(8, 16)
+    out = _run(lambda t: (t * 2 + 1).relu().sum(-1), x)
+    torch.testing.assert_close(out, (x * 2 + 1).relu().sum(-1), rtol=1e-4, atol=1e-5)
+    assert _last_call_path().startswith("direct")
+    assert simaccel.get_device().runtime_stats()["kernel_launches"] > 0
+
+
+def test_graphs_needing_the_runtime_wrapper_keep_it_and_say_why():
+    x = torch.randn(4, 5)
+    ref = x.clone()
+    out = _run(lambda t: t.mul_(3).sum(), x)
+    torch.testing.assert_close(x, ref * 3)
+    torch.testing.assert_close(out, (ref * 3).sum())
+    assert _last_call_path() == "AOTAutograd runtime wrapper (the graph mutates an input)"
+
+    y = torch.randn(3, 4)
+    plus, view = _run(lambda t: (t + 1, t.t()), y)
+    assert view._base is y and torch.equal(plus, y + 1)  # a view of the caller's tensor
+    assert "aliases" in _last_call_path()
+
+
+def test_autocast_keeps_the_runtime_wrapper():
+    """Under autocast the graph has its casts baked in; host ops must not autocast again,
+    which the wrapper ensures."""
+    x, w = torch.randn(8, 16), torch.randn(16, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = _run(lambda a, b: (a @ b).float().relu(), x, w)
+        expected = (x @ w).float().relu()
+    torch.testing.assert_close(out, expected, rtol=2e-2, atol=2e-2)
+    assert _last_call_path() == "AOTAutograd runtime wrapper (autocast is enabled)"
+
+
+def test_training_graph_runs_through_aotautograd():
+    x = torch.randn(4, 6, requires_grad=True)
+    out = _run(lambda t: (t.sin() * 2).sum(), x)
+    out.backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach().cos())
+    assert all(r.call_path == "" for r in simaccel.reports()[-2:])  # forward and backward
