@@ -45,8 +45,10 @@ INT32_END = 2 ** 31  # exclusive
 class DevicePlanFacts:
     """Compile-time facts of one Dynamo graph that its device plan is built on.
 
-    ``inputs`` maps an ``example_inputs`` index to ``{"aligned": bool}`` (tensor inputs) or
-    ``{"int_bits": 32 | 64}`` (int inputs); other inputs are absent. ``alignment`` (bytes)
+    ``inputs`` maps an ``example_inputs`` index to ``{"aligned": bool}`` (tensor inputs),
+    ``{"resident": True}`` (parameters and static-address tensors: no per-call guard, their
+    alignment is checked at each upload) or ``{"int_bits": 32 | 64}`` (int inputs); other
+    inputs are absent. ``alignment`` (bytes)
     and ``config_key`` are those of the device config in force at compile time. ``guards``
     are the device guards installed for these facts.
     """
@@ -121,6 +123,11 @@ def _tensor_fact(graph_input: dynamo.GraphInput,
     value = graph_input.value
     if graph_input.source is None or not isinstance(value, torch.Tensor):
         return {"aligned": False}, None  # a tensor Dynamo makes per call: no pointer to pin
+    if isinstance(value, torch.nn.Parameter) or dynamo.has_static_address(value):
+        # Resident on the device (uploaded once, again when its version moves): its
+        # alignment matters only at an upload, which checks it then. No per-call guard, so
+        # a model's parameters cost nothing on every call.
+        return {"resident": True}, None
     aligned = value.data_ptr() % alignment == 0
 
     def is_aligned(t: torch.Tensor) -> bool:

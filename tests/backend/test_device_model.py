@@ -95,6 +95,23 @@ def test_static_address_input_stays_on_the_device_until_it_changes():
     assert device.runtime_stats()["host_fallback_ops"] == 0
 
 
+def test_misaligned_parameter_is_staged_at_upload_without_a_per_call_guard():
+    weight = torch.nn.Parameter(torch.randn(1025)[1:])  # 4 bytes past an aligned block
+    assert weight.data_ptr() % simaccel.get_device().config.alignment != 0
+    x = torch.randn(1024)
+    compiled = torch.compile(lambda t: (t * weight).sum(), backend="simaccel", dynamic=False)
+    device = simaccel.get_device()
+    device.reset_stats()
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), (x * weight).sum(), rtol=1e-4, atol=1e-4)
+    assert device.dma_stats()["staged.bytes"] == weight.numel() * 4  # one staged upload
+    assert device.runtime_stats()["resident_uploads"] == 1
+    aligned_guards = [g.source for g in simaccel.reports()[-1].guards.added
+                      if g.name == "simaccel.aligned"]
+    assert aligned_guards == ["L['t']"]
+
+
 def test_device_too_small_raises_oom_with_figures_and_recovers():
     model, x = Head().eval(), torch.randn(256, 32)
     device = simaccel.get_device()

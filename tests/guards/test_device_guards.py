@@ -119,7 +119,8 @@ def test_device_config_change_recompiles_once() -> None:
 
 def test_facts_are_keyed_by_example_inputs_index() -> None:
     """A module: parameters and user inputs are graph inputs; a lifted float arrives as a
-    0-d tensor Dynamo makes per call (no pointer to guard: the safe fact, not aligned)."""
+    0-d tensor Dynamo makes per call (no pointer to guard: the safe fact, not aligned);
+    parameters are resident (no per-call guard)."""
     seen: list[tuple[list[Any], DevicePlanFacts]] = []
 
     from simaccel.guards import device_guards, lift_scalars
@@ -145,6 +146,8 @@ def test_facts_are_keyed_by_example_inputs_index() -> None:
             assert facts[index] == {"int_bits": 64}
         elif isinstance(example, torch.Tensor) and example.dim() == 0:
             assert facts[index] == {"aligned": False}  # the lifted float
+        elif isinstance(example, torch.nn.Parameter):
+            assert facts[index] == {"resident": True}  # checked at upload, not per call
         else:
             assert facts[index] == {"aligned": example.data_ptr() % alignment == 0}
     assert len(facts.inputs) == len(examples)
