@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from simaccel.guards.dynamo import has_static_address
+from simaccel.guards.device import is_device_resident
 
 
 @dataclass
@@ -47,15 +47,6 @@ def plan_from_guarded_facts(facts: Any, example_inputs: list[Any]) -> DevicePlan
             plan.int_dtypes[index] = f"int{fact['int_bits']}"
     plan.resident = {i for i, v in enumerate(example_inputs) if is_device_resident(v)}
     return plan
-
-
-def is_device_resident(value: Any) -> bool:
-    """True for inputs kept on the device between calls, uploaded again only when their
-    contents change: parameters, and tensors marked with
-    ``torch._dynamo.mark_static_address`` (data that lives across calls: KV caches,
-    lookup tables, optimizer state; Dynamo marks a module's parameters and buffers so too)."""
-    return isinstance(value, torch.nn.Parameter) or getattr(value, "_is_param", False) \
-        or has_static_address(value)
 
 
 def plan_for_graph(plan: DevicePlan, frame_gm: torch.fx.GraphModule, graph: torch.fx.GraphModule,

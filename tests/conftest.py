@@ -164,15 +164,3 @@ def _check_device_ran(result: CheckResult) -> None:
     moved = dma["h2d.bytes"] + dma["d2h.bytes"] + dma.get("const.bytes", 0)
     assert moved > 0, f"no bytes moved by DMA: {dma}"
 
-
-def run_child_program(program: str, cache_dir: pathlib.Path, **env: str) -> dict:
-    """Run ``program`` (Python source that prints a JSON object as its last line) in a new
-    interpreter whose kernel cache is ``cache_dir``; returns that object."""
-    import json
-    import subprocess
-
-    environ = {**os.environ, "SIMACCEL_CACHE_DIR": str(cache_dir), **env}
-    proc = subprocess.run([sys.executable, "-c", program], env=environ, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])

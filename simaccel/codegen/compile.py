@@ -130,8 +130,8 @@ def jit_kernel(kernel: Any, lowered: LoweredGraph, device: Any) -> tuple[LaunchS
 
 def host_step(op: HostOp) -> HostStep:
     """Wrap a fallback op: rebuild torch tensors over the host copies, run, write back."""
-    reads = sorted(_buffers_in((op.args, op.kwargs)))
-    writes = [o.layout.buffer for o in op.outputs if o is not None]
+    reads = sorted(op.reads())
+    writes = op.writes()
 
     def run(host: dict[str, np.ndarray]) -> None:
         args = _to_torch(op.args, host)
@@ -142,16 +142,6 @@ def host_step(op: HostOp) -> HostStep:
             if out is not None:
                 _tensor_over(host[out.layout.buffer], out).copy_(value)
     return HostStep(op.name, run, reads, writes)
-
-
-def _buffers_in(obj: Any) -> set[str]:
-    if isinstance(obj, Realized):
-        return {obj.layout.buffer}
-    if isinstance(obj, (list, tuple)):
-        return set().union(*(_buffers_in(o) for o in obj)) if obj else set()
-    if isinstance(obj, dict):
-        return _buffers_in(list(obj.values()))
-    return set()
 
 
 def _tensor_over(array: np.ndarray, value: Realized) -> torch.Tensor:

@@ -143,16 +143,22 @@ def kernel_args(out_buffer: str, body: list[Expr]) -> list[str]:
     return [out_buffer] + reads
 
 
+def _kernel_module(args: list[str], parallel: bool,
+                   nest: Callable[[bool], tuple[list[str], bool]], rerunnable: bool) -> str:
+    """Module source of ``def kernel(*args)`` whose body is ``nest`` (see with_exact_rerun)."""
+    body = with_exact_rerun(nest, rerunnable)
+    return (HEADER + "\n\n" + _decorator(parallel) + f"def kernel({', '.join(args)}):\n"
+            + "\n".join(body) + "\n")
+
+
 def emit_pointwise(k: PointwiseKernel) -> tuple[str, list[str]]:
     """Module source and argument buffer names of a pointwise (or scatter) kernel."""
     args = kernel_args(k.out.buffer, [k.body, *k.store_index_exprs])
     scatter = bool(k.store_offset)
     parallel = k.numel >= PARALLEL_THRESHOLD and len(k.shape) > 0 and not scatter
     rerunnable = not scatter and k.out.buffer not in buffers_read([k.body])
-    body = with_exact_rerun(lambda fast: _pointwise_nest(k, parallel, fast), rerunnable)
-    src = (HEADER + "\n\n" + _decorator(parallel) + f"def kernel({', '.join(args)}):\n"
-           + "\n".join(body) + "\n")
-    return src, args
+    return _kernel_module(args, parallel, lambda fast: _pointwise_nest(k, parallel, fast),
+                          rerunnable), args
 
 
 def _pointwise_nest(k: PointwiseKernel, parallel: bool,
@@ -237,10 +243,8 @@ def emit_reduction(k: ReductionKernel) -> tuple[str, list[str]]:
     args = outs + [b for b in reads if b not in outs]
     parallel = k.numel >= PARALLEL_THRESHOLD and len(k.out_index) > 0 and k.out.numel > 1
     rerunnable = not set(outs) & set(reads)
-    body = with_exact_rerun(lambda fast: _reduction_nest(k, parallel, fast), rerunnable)
-    src = (HEADER + "\n\n" + _decorator(parallel) + f"def kernel({', '.join(args)}):\n"
-           + "\n".join(body) + "\n")
-    return src, args
+    return _kernel_module(args, parallel, lambda fast: _reduction_nest(k, parallel, fast),
+                          rerunnable), args
 
 
 def _reduction_nest(k: ReductionKernel, parallel: bool,

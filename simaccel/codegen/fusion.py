@@ -14,7 +14,6 @@ from typing import Any
 from simaccel.codegen.graph import HostOp
 from simaccel.codegen.ir import (PointwiseKernel, ReductionKernel, StructuralKeys,
                                  buffers_read)
-from simaccel.codegen.values import Realized
 
 #: reductions whose combine step is branch-free: fusing them keeps the loop vectorisable.
 #: (argmax/argmin/any/all branch per element and stay alone.)
@@ -87,18 +86,7 @@ def step_buffers(step: Any) -> tuple[set[str], set[str]] | None:
             reads.add(step.out.buffer)
         return reads, {step.out.buffer}
     if isinstance(step, HostOp):
-        reads = _realized_buffers((step.args, step.kwargs))
-        return reads, {o.layout.buffer for o in step.outputs if o is not None}
+        return step.reads(), set(step.writes())
     if hasattr(step, "buffers"):  # template and library kernels
         return set(step.buffers), set(step.buffers)
     return None
-
-
-def _realized_buffers(obj: Any) -> set[str]:
-    if isinstance(obj, Realized):
-        return {obj.layout.buffer}
-    if isinstance(obj, (list, tuple)):
-        return set().union(*(_realized_buffers(o) for o in obj)) if obj else set()
-    if isinstance(obj, dict):
-        return _realized_buffers(list(obj.values()))
-    return set()

@@ -71,6 +71,24 @@ class HostOp:
     outputs: list[Realized | None]  # where each tensor result goes on the device
     reason: str
 
+    def reads(self) -> set[str]:
+        """Device buffers its operands live in (copied to the host before it runs)."""
+        return _realized_buffers((self.args, self.kwargs))
+
+    def writes(self) -> list[str]:
+        """Device buffers its results go to (copied back after it runs)."""
+        return [o.layout.buffer for o in self.outputs if o is not None]
+
+
+def _realized_buffers(obj: Any) -> set[str]:
+    if isinstance(obj, Realized):
+        return {obj.layout.buffer}
+    if isinstance(obj, (list, tuple)):
+        return set().union(*(_realized_buffers(o) for o in obj)) if obj else set()
+    if isinstance(obj, dict):
+        return _realized_buffers(list(obj.values()))
+    return set()
+
 
 @dataclass
 class InputSpec:

@@ -242,6 +242,14 @@ def _muladd(typingctx, a, b, c):
     return a(a, b, c), codegen
 
 
+def _float32_overload(stub, float32_impl, other_impl):
+    """Compile calls of ``stub`` in kernels as ``float32_impl`` (vectorisable arithmetic)
+    for a float32 argument and as ``other_impl`` (libm through numpy) otherwise."""
+    def typer(x):
+        return float32_impl if x == types.float32 else other_impl
+    overload(stub, jit_options=_LIB_OPTIONS)(typer)
+
+
 def vexp(x):
     """exp(x): float32 without libm in kernels."""
     return np.exp(x)
@@ -297,18 +305,10 @@ def _tanhf(x):
     return x if x != x else out
 
 
-@overload(vexp, jit_options=_LIB_OPTIONS)
-def _vexp_impl(x):
-    if x == types.float32:
-        return _expf
-    return lambda x: np.exp(x)
+_float32_overload(vexp, _expf, lambda x: np.exp(x))
 
 
-@overload(vtanh, jit_options=_LIB_OPTIONS)
-def _vtanh_impl(x):
-    if x == types.float32:
-        return _tanhf
-    return lambda x: np.tanh(x)
+_float32_overload(vtanh, _tanhf, lambda x: np.tanh(x))
 
 
 def verf(x):
@@ -335,11 +335,7 @@ def _erff(x):
     return x if x != x else out
 
 
-@overload(verf, jit_options=_LIB_OPTIONS)
-def _verf_impl(x):
-    if x == types.float32:
-        return _erff
-    return lambda x: math.erf(x)
+_float32_overload(verf, _erff, lambda x: math.erf(x))
 
 
 def vlog(x):
@@ -372,11 +368,7 @@ def _logf(x):
     return x if not (x < f(np.inf)) else out  # +inf and NaN are their own log
 
 
-@overload(vlog, jit_options=_LIB_OPTIONS)
-def _vlog_impl(x):
-    if x == types.float32:
-        return _logf
-    return lambda x: np.log(x)
+_float32_overload(vlog, _logf, lambda x: np.log(x))
 
 
 # --------------------------------------------------------------------------- sin / cos
@@ -452,18 +444,10 @@ def _cosf(x):
     return _sin_poly(d, d * d)
 
 
-@overload(vsin, jit_options=_LIB_OPTIONS)
-def _vsin_impl(x):
-    if x == types.float32:
-        return _sinf
-    return lambda x: np.sin(x)
+_float32_overload(vsin, _sinf, lambda x: np.sin(x))
 
 
-@overload(vcos, jit_options=_LIB_OPTIONS)
-def _vcos_impl(x):
-    if x == types.float32:
-        return _cosf
-    return lambda x: np.cos(x)
+_float32_overload(vcos, _cosf, lambda x: np.cos(x))
 
 
 @overload(trig_arg_wide, jit_options=_LIB_OPTIONS)

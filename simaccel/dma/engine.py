@@ -160,9 +160,8 @@ class DmaEngine:
             timings = []
             for d in descs:
                 d.perform_copy()
-                channel = self._next_channel
-                start, end, bursts = self._place(d.kind, d.label, d.nbytes, d.staged, d.src,
-                                                 not_before_ns)
+                channel, start, end, bursts = self._place(d.kind, d.label, d.nbytes, d.staged,
+                                                          d.src, not_before_ns)
                 timings.append(DescriptorTiming(d, channel, start, end, bursts))
             self._count_submit(descs, timings)
         start = min(t.start_ns for t in timings) if len(timings) > 1 else timings[0].start_ns
@@ -188,8 +187,8 @@ class DmaEngine:
                     dst = dsts[i]
                     copy_array(src, dst, is_staged, labels[i])
                     nbytes = dst.nbytes
-                    _, copy_end, bursts = self._place(kind, labels[i], nbytes, is_staged, src,
-                                                      not_before_ns)
+                    _, _, copy_end, bursts = self._place(kind, labels[i], nbytes, is_staged,
+                                                         src, not_before_ns)
                     end = copy_end if copy_end > end else end
                     done += 1
                     nbytes_total += nbytes
@@ -211,7 +210,7 @@ class DmaEngine:
         with self._lock:
             copy_array(src, dst, staged, label)
             nbytes = dst.nbytes
-            _, end, bursts = self._place(kind, label, nbytes, staged, src, not_before_ns)
+            _, _, end, bursts = self._place(kind, label, nbytes, staged, src, not_before_ns)
             self._count_copies(keys, 1, nbytes, bursts, nbytes if staged else 0)
         return end
 
@@ -228,9 +227,9 @@ class DmaEngine:
         st["bursts"] += bursts
 
     def _place(self, kind: str, label: str, nbytes: int, staged: bool, src: np.ndarray,
-               not_before_ns: float) -> tuple[float, float, int]:
+               not_before_ns: float) -> tuple[int, float, float, int]:
         """Schedule one copy of ``nbytes`` on the next channel (round robin) and trace it;
-        returns (start_ns, end_ns, bursts)."""
+        returns (channel, start_ns, end_ns, bursts)."""
         channel = self._next_channel
         self._next_channel = (channel + 1) % self.channels
         bursts = -(-nbytes // self.burst_bytes)
@@ -240,7 +239,7 @@ class DmaEngine:
         strided = None if src.flags.c_contiguous else (src.shape, src.strides)
         self._trace.record_span(kind + " " + label if label else kind, kind, channel, start,
                                 end - start, (nbytes, kind, bursts, channel, staged, strided))
-        return start, end, bursts
+        return channel, start, end, bursts
 
     def _count_submit(self, descs: list[Descriptor], timings: list[DescriptorTiming]) -> None:
         # A "transfer" is one submit per kind: 3 h2d descriptors in one submit = 1 transfer.

@@ -75,6 +75,15 @@ class DevicePlanFacts:
         return f"alignment {self.alignment} bytes; inputs {{{'; '.join(parts)}}}"
 
 
+def is_device_resident(value: Any) -> bool:
+    """True for inputs kept on the device between calls, uploaded again only when their
+    contents change: parameters, and tensors marked with
+    ``torch._dynamo.mark_static_address`` (data that lives across calls: KV caches,
+    lookup tables, optimizer state; Dynamo marks a module's parameters and buffers so too)."""
+    return isinstance(value, torch.nn.Parameter) or getattr(value, "_is_param", False) \
+        or dynamo.has_static_address(value)
+
+
 def fits_int32(value: int) -> bool:
     """True if ``value`` fits a signed 32-bit constant-bank slot."""
     return INT32_MIN <= value < INT32_END
@@ -123,7 +132,7 @@ def _tensor_fact(graph_input: dynamo.GraphInput,
     value = graph_input.value
     if graph_input.source is None or not isinstance(value, torch.Tensor):
         return {"aligned": False}, None  # a tensor Dynamo makes per call: no pointer to pin
-    if isinstance(value, torch.nn.Parameter) or dynamo.has_static_address(value):
+    if is_device_resident(value):
         # Resident on the device (uploaded once, again when its version moves): its
         # alignment matters only at an upload, which checks it then. No per-call guard, so
         # a model's parameters cost nothing on every call.

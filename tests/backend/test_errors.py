@@ -9,14 +9,6 @@ import simaccel
 from simaccel.errors import InvalidOptionError, UnsupportedOpError
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    torch._dynamo.reset()
-    simaccel.get_device().reset_stats()
-    yield
-    torch._dynamo.reset()
-
-
 def _device_still_works():
     """A new graph compiles and runs, and once it is gone the device holds no more
     memory than before it: nothing leaked by the error before."""

@@ -16,15 +16,6 @@ from tests.guards.scalar_cases import CASES, Case
 DYNAMIC = [None, False, True]
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    torch._dynamo.reset()
-    counters.clear()
-    simaccel.get_device().reset_stats()
-    yield
-    torch._dynamo.reset()
-
-
 @pytest.mark.parametrize("dynamic", DYNAMIC, ids=lambda d: f"dynamic={d}")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_recompile_matrix_one_graph_on_simaccel(case: Case, dynamic):

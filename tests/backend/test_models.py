@@ -14,15 +14,6 @@ from tests.backend.models import TransformerBlock, cnn, mlp
 RTOL, ATOL = 1e-4, 1e-5
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    counters.clear()
-    simaccel.get_device().reset_stats()
-    yield
-    torch._dynamo.reset()
-
-
 def assert_ran_on_device(expect_graphs: int = 1) -> None:
     rt, dma = simaccel.get_device().runtime_stats(), simaccel.get_device().dma_stats()
     assert rt["kernel_launches"] > 0

@@ -11,7 +11,7 @@ import numba
 import numpy as np
 import pytest
 
-from conftest import run_child_program
+from tests.codegen.child import run_child_program
 from simaccel.codegen.cache import KernelCache
 from simaccel.errors import SimAccelError
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from simaccel.codegen import native
-from conftest import run_child_program
+from tests.codegen.child import run_child_program
 from simaccel.codegen.cache import KernelCache
 
 F32 = "array(float32, 1d, C)"
