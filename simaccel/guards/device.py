@@ -28,7 +28,7 @@ import torch
 from simaccel.errors import InvalidOptionError
 from simaccel.guards import dynamo
 from simaccel.guards.added import (
-    Guard, add_frame_expression, add_guard, record_shape_env_guard,
+    Guard, add_frame_expression, add_guard, add_source_expression, record_shape_env_guard,
 )
 from simaccel.guards.report import AddedGuard
 
@@ -138,13 +138,17 @@ def _tensor_fact(graph_input: dynamo.GraphInput,
         # a model's parameters cost nothing on every call.
         return {"resident": True}, None
     aligned = value.data_ptr() % alignment == 0
+    expr = f"{graph_input.source}.data_ptr() % {alignment} == 0"
+    # Inline in the frame's folded check where the source is a plain Python expression
+    # (~150 ns less per call than a lambda guard on the tensor).
+    record = add_source_expression(ALIGNED, graph_input.source, expr)
+    if record is not None:
+        return {"aligned": aligned}, record
 
     def is_aligned(t: torch.Tensor) -> bool:
         return t.data_ptr() % alignment == 0
 
-    return {"aligned": aligned}, Guard(
-        graph_input.source, is_aligned, ALIGNED,
-        f"{graph_input.source}.data_ptr() % {alignment} == 0")
+    return {"aligned": aligned}, Guard(graph_input.source, is_aligned, ALIGNED, expr)
 
 
 def _int_fact(graph_input: dynamo.GraphInput,

@@ -584,6 +584,13 @@ def frame_value(source: Any) -> Any:
     return _source_value(out, source)
 
 
+def eval_frame_expression(expr: str) -> Any:
+    """``expr``, Python over ``L`` (the frame's locals) and ``G`` (its globals), evaluated
+    on the frame being compiled, as a folded guard check evaluates it on a call."""
+    out = _output_graph()
+    return eval(expr, {"L": out.local_scope, "G": out.global_scope})  # noqa: S307
+
+
 def install_lambda_guard(source: Any, guard_fn: Callable[[Any], object], code_part: str) -> None:
     """Add ``guard_fn(value)`` to the frame's guards as a LAMBDA_GUARD on ``source``'s
     manager, shown as ``code_part``. A frame-level check (``source`` is the frame) joins

@@ -1,6 +1,6 @@
 """One folded Python guard check per frame (issue 3, guard-evaluation speed target).
 
-A lifted frame's Python-level guards - simaccel's device-config check, Dynamo's
+A lifted frame's Python-level guards - simaccel's device-config and alignment checks, Dynamo's
 ``not math.isnan(...)`` on each lifted float and simaccel's int-slot range on each lifted
 int - run as one epilogue LAMBDA_GUARD instead of one lambda each. Nothing is dropped: for
 every value a part guards (NaN, +-inf, ints past 32 bits, another device config) the
@@ -20,7 +20,7 @@ from torch._dynamo.utils import guard_failures
 
 import simaccel
 from conftest import LiftingBackend, unique_graphs
-from simaccel.guards.device import DEVICE_CONFIG, INT_SLOT
+from simaccel.guards.device import ALIGNED, DEVICE_CONFIG, INT_SLOT
 from simaccel.guards.folded import FoldedCheckFailed, FoldedPart, build_folded_check
 
 X = torch.linspace(-2.0, 2.0, 16)
@@ -77,16 +77,37 @@ def test_lifted_frame_runs_one_python_check() -> None:
     assert sum(p.startswith(NAN_CHECK_A) for p in parts) == 1
     assert sum(p.startswith("not math.isnan(L['b'])") for p in parts) == 1
     assert sum(p.startswith(INT_RANGE_N) for p in parts) == 1
+    assert sum(p.startswith(f"{ALIGNED}: L['x']") for p in parts) == 1
     assert not any(DEVICE_CONFIG in text for text in root_lambdas)
 
 
-def test_lift_off_frame_folds_only_the_device_config() -> None:
+def test_lift_off_frame_folds_only_the_device_guards() -> None:
     compiled = torch.compile(scaled, backend="simaccel", dynamic=False,
                              options={"lift": "off"})
     torch.testing.assert_close(compiled(X, 0.75, 0.25, 3), scaled(X, 0.75, 0.25, 3))
     _, epilogues = python_guard_texts(scaled)
-    assert len(epilogues) == 1 and len(epilogues[0]) == 1
+    assert len(epilogues) == 1 and len(epilogues[0]) == 2
     assert epilogues[0][0].startswith(f"{DEVICE_CONFIG}: ")
+    assert epilogues[0][1].startswith(f"{ALIGNED}: L['x'].data_ptr() % ")
+
+
+def test_alignment_check_is_inline_not_a_lambda_on_the_tensor() -> None:
+    """The alignment guard reads ``L['x'].data_ptr()`` inside the folded check: no
+    LAMBDA_GUARD (a C++ -> Python call) hangs on the tensor's manager; a misaligned view
+    fails that part, recompiles once with its reason named, and equals eager."""
+    compiled = torch.compile(scaled, backend="simaccel", dynamic=False)
+    torch.testing.assert_close(compiled(X, 0.75, 0.25, 3), scaled(X, 0.75, 0.25, 3))
+    tensor_manager = guard_tree(scaled).root.get_child_managers()
+    lambdas = [part for manager in tensor_manager for leaf in manager.get_leaf_guards()
+               if type(leaf).__name__ == "LAMBDA_GUARD" for part in leaf.verbose_code_parts()]
+    assert not any(ALIGNED in text for text in lambdas), lambdas
+    odd = torch.linspace(-2.0, 2.0, 17)[1:]
+    assert odd.data_ptr() % simaccel.get_device().config.alignment != 0
+    for x in (odd, X, odd):
+        torch.testing.assert_close(compiled(x, 0.75, 0.25, 3), scaled(x, 0.75, 0.25, 3))
+    assert unique_graphs() == 2
+    assert any(ALIGNED in reason for reason in reasons(scaled)), reasons(scaled)
+    assert_ran_on_device()
 
 
 @pytest.mark.parametrize("special", [math.inf, -math.inf, 1e308, -0.0])
