@@ -48,6 +48,8 @@ def _result() -> BenchResult:
         Record("steady", "tiny_x*2+1_16", "dynamo_eager", 2e-5, 30),
         Record("steady", "tiny_x*2+1_16", "simaccel", 4e-5, 30),
         Record("guard", "3_scalars[added_guard]", "simaccel", skipped="no Guard"),
+        Record("guard", "3_scalars[default]", "simaccel", 3e-5, 30, {"guard_check_s": 1.1e-6}),
+        Record("guard", "3_scalars[lift_off]", "simaccel", 3e-5, 30, {"guard_check_s": 1e-6}),
         Record("kernel", "chain8[4M f32]", "eager", 16e-3, 10),
         Record("kernel", "chain8[4M f32]", "simaccel", 7e-3, 10,
                {"quick_sizes": False, "kernel_s_per_call": 5e-3}),
@@ -65,6 +67,8 @@ def test_targets_are_computed_from_same_run_baselines():
     assert found["simaccel tiny steady call / dynamo_eager"].value == 2.0
     assert found["simaccel tiny steady call / dynamo_eager"].met is False
     assert Target("x", None, 1.0).met is None
+    guard = found["simaccel guard check lifted / lift='off'"]
+    assert abs(guard.value - 1.1) < 1e-9 and guard.met is False
     assert found["simaccel chain8 / eager (full size)"].value == 7e-3 / 16e-3
     assert found["simaccel chain8 / eager (full size)"].met is True
     # quick sizes measure per-call overhead, not kernels: no verdict from them

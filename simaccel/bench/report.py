@@ -154,8 +154,21 @@ def targets(result: BenchResult) -> list[Target]:
                f"(median over scenarios; {note})"),
         Target("simaccel tiny steady call / dynamo_eager",
                _median_ratio(result, "steady/tiny_x*2+1_16", "simaccel", "dynamo_eager"), 1.5),
+        Target("simaccel guard check lifted / lift='off'", _guard_check_ratio(result), 1.0,
+               "(3 scalars, dynamic=False: type guards + NaN/slot checks vs value guards)"),
         *_kernel_targets(result),
     ]
+
+
+def _guard_check_ratio(result: BenchResult) -> float | None:
+    """Guard evaluation of the lifted frame over the same frame compiled with
+    ``lift="off"`` (Dynamo's value guards), both with simaccel's device guards."""
+    lifted = result.get("guard/3_scalars[default]", "simaccel")
+    off = result.get("guard/3_scalars[lift_off]", "simaccel")
+    if not (lifted and off):
+        return None
+    a, b = lifted.extra.get("guard_check_s"), off.extra.get("guard_check_s")
+    return a / b if a and b else None
 
 
 #: issue 2's kernel targets: (workload, largest simaccel/eager time ratio allowed)
