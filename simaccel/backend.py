@@ -99,7 +99,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
                      "lower_bound_bytes": plan.lower_bound_bytes,
                      "naive_bytes": plan.naive_bytes},
         guards=guard_report, compile_ms=(time.perf_counter() - start) * 1e3,
-        ops=sum(1 for n in gm.graph.nodes if n.op == "call_function"))
+        ops=sum(1 for n in gm.graph.nodes if n.op == "call_function"),
+        host_mapped=[(index, buf, result.spec.buffers[buf].nbytes)
+                     for index, buf in sorted(program.host_mapped.items())])
     add_report(report)
     log.debug("%s", report)
     return CompiledGraph(program, lowered.output_meta, scalar_outputs(gm),

@@ -25,6 +25,9 @@ class CompileReport:
     #: how Dynamo calls a forward graph: directly, or through AOTAutograd's runtime wrapper
     #: and why ("" for backward graphs and graphs compiled for training)
     call_path: str = ""
+    #: (argument index, buffer, bytes) of each input a kernel reads in place from host
+    #: memory instead of a copy in device memory (``DeviceConfig.host_map_min_bytes``)
+    host_mapped: list[tuple[int, str, int]] = field(default_factory=list)
 
     def __str__(self) -> str:
         return self.render(list_kernels=True)
@@ -56,6 +59,9 @@ class CompileReport:
             lines.append(f"  memory plan: planned peak {mp.get('planned_bytes', 0)} bytes, "
                          f"liveness lower bound {mp.get('lower_bound_bytes', 0)} bytes, "
                          f"naive sum {mp.get('naive_bytes', 0)} bytes")
+        if self.host_mapped:
+            mapped = [f"input {i} ({name}, {nbytes} bytes)" for i, name, nbytes in self.host_mapped]
+            lines.append("  host-mapped inputs (read in place, not copied): " + ", ".join(mapped))
         if self.guards is not None:
             lines.append(str(self.guards))
         return "\n".join(lines)

@@ -24,6 +24,7 @@ import torch
 
 from simaccel.codegen.cache import KernelCache
 from simaccel.codegen.emit import emit_extern, emit_pointwise, emit_reduction
+from simaccel.codegen.fusion import step_buffers
 from simaccel.codegen.graph import HostOp, LoweredGraph
 from simaccel.codegen.ir import ExternKernel, PointwiseKernel, ReductionKernel
 from simaccel.codegen.library import LibraryKernel
@@ -105,8 +106,17 @@ def library_step(kernel: LibraryKernel, lowered: LoweredGraph) -> tuple[LaunchSt
     """A library call (no code generated): launched on device buffers like any kernel."""
     flops, nbytes = _cost(kernel, lowered)
     step = LaunchStep(kernel.name, kernel.fn, list(kernel.buffers), list(kernel.params),
-                      flops, nbytes)
+                      flops, nbytes, _writes(kernel))
     return step, KernelInfo(kernel.name, "library", "library", kernel.fn.__qualname__, 0.0)
+
+
+def _writes(kernel: Any) -> list[str] | None:
+    """The buffers a kernel stores to: exact for pointwise and reduction kernels (their
+    outputs), every buffer for templates and library calls (not known more precisely);
+    None if unknown. The runtime reads an input in place (host-mapped) only if no kernel
+    may write it."""
+    known = step_buffers(kernel)
+    return sorted(known[1]) if known is not None else None
 
 
 def jit_kernel(kernel: Any, lowered: LoweredGraph, device: Any) -> tuple[LaunchStep, KernelInfo]:
@@ -123,7 +133,7 @@ def jit_kernel(kernel: Any, lowered: LoweredGraph, device: Any) -> tuple[LaunchS
         log.info("kernel %s (%s, %.1f ms): %s\n%s", kernel.name, loaded.origin, elapsed,
                  loaded.path, source)
     flops, nbytes = _cost(kernel, lowered)
-    step = LaunchStep(kernel.name, loaded.fn, buffers, params, flops, nbytes)
+    step = LaunchStep(kernel.name, loaded.fn, buffers, params, flops, nbytes, _writes(kernel))
     kind = type(kernel).__name__.replace("Kernel", "").lower()
     return step, KernelInfo(kernel.name, kind, loaded.origin, str(loaded.path), elapsed)
 

@@ -12,6 +12,10 @@ the *timing* is simulated on a :class:`~simaccel.dma.clock.SimClock`:
   latency once, then its bursts of at most ``burst_bytes`` back to back;
 * it starts at ``max(channel free time, not_before_ns)``; channels overlap each other
   and the compute track.
+
+A *mapped* read (:meth:`DmaEngine.map_many`) is host memory the device reads in place
+(zero-copy, CUDA mapped pinned memory): the bytes still cross the bus, so it is placed,
+timed, traced and counted exactly like an h2d copy, but nothing is copied.
 """
 from __future__ import annotations
 
@@ -81,17 +85,28 @@ class Completion:
 
 def _trace_args(facts: tuple) -> dict[str, Any]:
     """The trace ``args`` from the compact facts recorded on the hot path: () for a kernel
-    without args, else one copy's (bytes, kind, bursts, channel, staged, strided)."""
+    without args, else one copy's (bytes, kind, bursts, channel, staged, strided, mapped)."""
     if not facts:
         return {}
-    nbytes, kind, bursts, channel, staged, strided = facts
+    nbytes, kind, bursts, channel, staged, strided, mapped = facts
     args: dict[str, Any] = {"bytes": nbytes, "kind": kind, "bursts": bursts, "channel": channel}
     if staged:
         args["staged"] = True
+    if mapped:
+        args["mapped"] = True
     if strided is not None:
         args["src_shape"] = list(strided[0])
         args["src_strides"] = list(strided[1])
     return args
+
+
+def _mapped_read_bytes(src: np.ndarray, staged: bool, label: str) -> int:
+    """Bytes of one mapped read of ``src`` (it moves nothing now); the device reads a mapped
+    array in place, so there is no bounce buffer to stage or gather a strided source."""
+    if staged or not src.flags.c_contiguous:
+        raise ValueError(f"mapped read {label!r}: the source must be C-contiguous and "
+                         f"not staged")
+    return src.nbytes
 
 
 #: kind -> its (bytes, transfers) counter names, built once (the hot path adds to them)
@@ -103,6 +118,7 @@ def _zero_stats() -> dict[str, float]:
     for kind in (*KINDS, "staged"):
         stats[f"{kind}.bytes"] = 0
         stats[f"{kind}.transfers"] = 0
+    stats.update({"h2d.mapped_bytes": 0, "h2d.mapped_reads": 0})
     stats.update(descriptors=0, bursts=0, compute_items=0, compute_ns=0.0)
     return stats
 
@@ -168,27 +184,38 @@ class DmaEngine:
         end = max(t.end_ns for t in timings) if len(timings) > 1 else timings[0].end_ns
         return Completion(start, end, tuple(timings))
 
-    def copy_many(self, kind: str, srcs: list[np.ndarray], dsts: list[np.ndarray],
+    def copy_many(self, kind: str, srcs: list[np.ndarray], dsts: list[np.ndarray | None],
                   labels: list[str], *, staged: list[bool] | None = None,
-                  not_before_ns: float = 0.0) -> float:
+                  mapped: list[bool] | None = None, not_before_ns: float = 0.0) -> float:
         """One scatter-gather submit of ``kind`` copying ``srcs[i]`` into ``dsts[i]``: the
         same copies, timing, stats and trace as :meth:`submit` with one :class:`Descriptor`
-        per pair, minus the objects (the runtime calls this on every graph call). Returns
-        the end of the last copy (ns; ``not_before_ns`` if there is none)."""
+        per pair, minus the objects (the runtime calls this on every graph call). Where
+        ``mapped[i]`` (h2d only) ``srcs[i]`` is a mapped read (see :meth:`map_many`) and
+        ``dsts[i]`` is ignored (None). Returns the end of the last copy (ns;
+        ``not_before_ns`` if there is none)."""
         keys = _STAT_KEYS.get(kind)
         if keys is None:
             raise ValueError(f"copy_many kind must be one of {KINDS}, got {kind!r}")
+        if mapped is not None and kind != "h2d":
+            raise ValueError(f"only h2d reads can be mapped, got kind {kind!r}")
         end = not_before_ns
-        done = nbytes_total = staged_bytes = bursts_total = 0
+        # Plain locals, no helper calls per copy: this loop runs on every graph call.
+        done = nbytes_total = staged_bytes = bursts_total = mapped_bytes = mapped_reads = 0
         with self._lock:
             try:
                 for i, src in enumerate(srcs):
                     is_staged = staged is not None and staged[i]
-                    dst = dsts[i]
-                    copy_array(src, dst, is_staged, labels[i])
-                    nbytes = dst.nbytes
+                    is_mapped = mapped is not None and mapped[i]
+                    if is_mapped:
+                        nbytes = _mapped_read_bytes(src, is_staged, labels[i])
+                        mapped_bytes += nbytes
+                        mapped_reads += 1
+                    else:
+                        dst = dsts[i]
+                        copy_array(src, dst, is_staged, labels[i])
+                        nbytes = dst.nbytes
                     _, _, copy_end, bursts = self._place(kind, labels[i], nbytes, is_staged,
-                                                         src, not_before_ns)
+                                                         src, not_before_ns, is_mapped)
                     end = copy_end if copy_end > end else end
                     done += 1
                     nbytes_total += nbytes
@@ -197,8 +224,20 @@ class DmaEngine:
                         staged_bytes += nbytes
             finally:  # a bad pair stops the submit: what was copied before it is counted
                 if done:
-                    self._count_copies(keys, done, nbytes_total, bursts_total, staged_bytes)
+                    self._count_copies(keys, done, nbytes_total, bursts_total, staged_bytes,
+                                       mapped_bytes, mapped_reads)
         return end
+
+    def map_many(self, srcs: list[np.ndarray], labels: list[str], *,
+                 not_before_ns: float = 0.0) -> float:
+        """One submit of mapped reads: the device reads each C-contiguous host array in
+        ``srcs`` in place (zero-copy). Placed on the channels, timed (latency +
+        bytes/bandwidth, in bursts) and traced exactly like an h2d copy of the same bytes,
+        and counted in ``h2d.bytes``, ``h2d.transfers`` (one per submit), ``descriptors``,
+        ``h2d.mapped_bytes`` and ``h2d.mapped_reads``, but no byte is copied. Returns the
+        end of the last read (ns): a kernel reading these arrays starts after it."""
+        return self.copy_many("h2d", srcs, [None] * len(srcs), labels,
+                              mapped=[True] * len(srcs), not_before_ns=not_before_ns)
 
     def copy_one(self, kind: str, src: np.ndarray, dst: np.ndarray, label: str, *,
                  staged: bool = False, not_before_ns: float = 0.0) -> float:
@@ -215,21 +254,26 @@ class DmaEngine:
         return end
 
     def _count_copies(self, keys: tuple[str, str], descriptors: int, nbytes: int,
-                      bursts: int, staged_bytes: int) -> None:
-        """Count one submit of one kind (``keys``: its bytes and transfers counters)."""
+                      bursts: int, staged_bytes: int, mapped_bytes: int = 0,
+                      mapped_reads: int = 0) -> None:
+        """Count one submit of one kind (``keys``: its bytes and transfers counters);
+        ``nbytes`` and ``descriptors`` include the mapped reads."""
         st = self._stats
         st[keys[0]] += nbytes
         st[keys[1]] += 1
         if staged_bytes:
             st["staged.bytes"] += staged_bytes
             st["staged.transfers"] += 1
+        if mapped_reads:
+            st["h2d.mapped_bytes"] += mapped_bytes
+            st["h2d.mapped_reads"] += mapped_reads
         st["descriptors"] += descriptors
         st["bursts"] += bursts
 
     def _place(self, kind: str, label: str, nbytes: int, staged: bool, src: np.ndarray,
-               not_before_ns: float) -> tuple[int, float, float, int]:
-        """Schedule one copy of ``nbytes`` on the next channel (round robin) and trace it;
-        returns (channel, start_ns, end_ns, bursts)."""
+               not_before_ns: float, mapped: bool = False) -> tuple[int, float, float, int]:
+        """Schedule one copy (or mapped read) of ``nbytes`` on the next channel (round
+        robin) and trace it; returns (channel, start_ns, end_ns, bursts)."""
         channel = self._next_channel
         self._next_channel = (channel + 1) % self.channels
         bursts = -(-nbytes // self.burst_bytes)
@@ -237,8 +281,10 @@ class DmaEngine:
                                          self.latency_ns + nbytes / self.bandwidth_gbps,
                                          not_before_ns)
         strided = None if src.flags.c_contiguous else (src.shape, src.strides)
-        self._trace.record_span(kind + " " + label if label else kind, kind, channel, start,
-                                end - start, (nbytes, kind, bursts, channel, staged, strided))
+        name = kind + " " + label if label else kind
+        self._trace.record_span(name + " (mapped)" if mapped else name, kind, channel, start,
+                                end - start, (nbytes, kind, bursts, channel, staged, strided,
+                                              mapped))
         return channel, start, end, bursts
 
     def _count_submit(self, descs: list[Descriptor], timings: list[DescriptorTiming]) -> None:
@@ -278,7 +324,9 @@ class DmaEngine:
 
     def stats(self) -> dict[str, float]:
         """Flat counters: ``{kind}.bytes``/``{kind}.transfers`` for h2d, d2h, const, d2d and
-        staged; ``descriptors``; ``bursts``; ``busy_ns`` (sum of channel busy time, ns);
+        staged; ``h2d.mapped_bytes``/``h2d.mapped_reads`` (mapped reads, also counted in
+        ``h2d.bytes`` and ``descriptors``); ``descriptors``; ``bursts``; ``busy_ns`` (sum of
+        channel busy time, ns);
         ``compute_ns``/``compute_items``; ``timeline_ns`` (latest end on any track, ns)."""
         with self._lock:
             out = dict(self._stats)

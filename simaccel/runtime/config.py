@@ -28,6 +28,10 @@ class DeviceConfig:
     device_mem_gbps: device-memory bandwidth for the roofline model (GB/s).
     kernel_launch_ns: fixed cost of one kernel launch (ns).
     const_bank_bytes: largest constant tensor (bytes) kept in a graph's constant bank.
+    host_map_min_bytes: a per-call tensor input of at least this many bytes that only one
+        kernel reads is mapped into the device address space (zero-copy, like CUDA mapped
+        pinned memory): the kernel reads it in place across the bus instead of the runtime
+        copying it into device memory first (bytes; 0 disables mapping).
     """
 
     memory_bytes: int = 1 << 30
@@ -40,6 +44,7 @@ class DeviceConfig:
     device_mem_gbps: float = 400.0
     kernel_launch_ns: float = 2000.0
     const_bank_bytes: int = 4096
+    host_map_min_bytes: int = 1 << 20
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -82,4 +87,5 @@ class DeviceConfig:
         return dataclasses.astuple(self)
 
 
-_NON_NEGATIVE = {"dma_latency_ns", "kernel_launch_ns", "const_bank_bytes"}
+_NON_NEGATIVE = {"dma_latency_ns", "kernel_launch_ns", "const_bank_bytes",
+                 "host_map_min_bytes"}

@@ -2,9 +2,11 @@
 
 Each call: one workspace block is taken from the caching allocator (every input,
 intermediate and output buffer has a planned offset in it), inputs are DMA'd host to
-device, lifted scalars go to the resident constant bank (one transfer, and only when
-a value changed), kernels run on device buffers, outputs are DMA'd back, and the
-workspace is freed. Constants (``get_attr`` tensors) stay resident across calls.
+device (a large input only one kernel reads is host-mapped instead: that kernel reads the
+host array in place, see :mod:`simaccel.runtime.hostmap`), lifted scalars go to the
+resident constant bank (one transfer, and only when a value changed), kernels run on
+device buffers, outputs are DMA'd back, and the workspace is freed. Constants
+(``get_attr`` tensors) stay resident across calls.
 
 This module knows nothing of torch: buffers are numpy arrays over device memory.
 """
@@ -23,6 +25,7 @@ from simaccel.dma import Descriptor
 from simaccel.errors import SimAccelError
 from simaccel.runtime.constbank import ConstantBank
 from simaccel.runtime.device import Device
+from simaccel.runtime.hostmap import check_mapped, host_mapped_inputs, mapped_steps
 from simaccel.runtime.memory import Block
 from simaccel.runtime.planner import MemoryPlan, PlanBuffer, plan_memory
 
@@ -44,7 +47,8 @@ class BufferDecl:
 @dataclass
 class LaunchStep:
     """Launch ``fn(*buffers, *params)`` on device buffers; ``flops``/``nbytes`` feed the
-    roofline timing model."""
+    roofline timing model. ``writes``: the buffers the kernel stores to; None when unknown
+    (it may write any of its buffers)."""
 
     name: str
     fn: Callable[..., Any]
@@ -52,6 +56,7 @@ class LaunchStep:
     params: list[Any]
     flops: float
     nbytes: float
+    writes: list[str] | None = None
 
 
 @dataclass
@@ -97,7 +102,8 @@ def step_buffers(step: LaunchStep | HostStep) -> list[str]:
 def build_plan(spec: ProgramSpec, alignment: int, resident: frozenset[str] = frozenset()
                ) -> MemoryPlan:
     """Offsets of the per-call buffers by liveness over the step list (``resident``
-    buffers live in blocks of their own and take no workspace)."""
+    buffers live in blocks of their own, or in host memory when host-mapped, and take no
+    workspace)."""
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     n = len(spec.steps)
@@ -126,7 +132,6 @@ class Program:
     def __init__(self, device: Device, spec: ProgramSpec):
         self.device = device
         self.spec = spec
-        self.plan = build_plan(spec, device.config.alignment)
         self._lock = threading.Lock()
         self._resident: dict[str, Any] = {}
         self._generation = -1
@@ -135,9 +140,7 @@ class Program:
         self._bank = ConstantBank([(i, n, np.dtype(spec.buffers[n].dtype))
                                    for i, n in spec.scalar_inputs])
         self._resident_inputs: dict[int, str] = {}  # argument index -> buffer
-        #: (argument index, buffer) of the inputs copied in on every call
-        self._streamed_inputs: list[tuple[int, str]] = list(spec.tensor_inputs)
-        self._streamed_labels = [name for _, name in self._streamed_inputs]
+        self._split_inputs()
         self._resident_keys: dict[str, Any] = {}
         self._durations: list[float] = []
         self._kernel_wall_ns = 0
@@ -151,12 +154,36 @@ class Program:
         by_index = dict(self.spec.tensor_inputs)
         with self._lock:
             self._resident_inputs = {i: by_index[i] for i in sorted(indices) if i in by_index}
-            self._streamed_inputs = [(i, n) for i, n in self.spec.tensor_inputs
-                                     if i not in self._resident_inputs]
-            self._streamed_labels = [name for _, name in self._streamed_inputs]
-            self.plan = build_plan(self.spec, self.device.config.alignment,
-                                   frozenset(self._resident_inputs.values()))
-            self._view_cache = None
+            self._split_inputs()
+
+    @property
+    def host_mapped(self) -> dict[int, str]:
+        """The inputs (argument index -> buffer) a kernel reads in place from host memory."""
+        return dict(self._mapped)
+
+    def _split_inputs(self) -> None:
+        """Sort the per-call inputs into copied and host-mapped ones and plan the workspace
+        (resident and mapped inputs take none of it): at construction, after
+        :meth:`set_resident_inputs` and after a reconfigure changed the mapping threshold."""
+        spec, config = self.spec, self.device.config
+        #: (argument index, buffer) of the inputs moved in on every call (copied or mapped)
+        self._streamed_inputs = [(i, n) for i, n in spec.tensor_inputs
+                                 if i not in self._resident_inputs]
+        self._streamed_labels = [name for _, name in self._streamed_inputs]
+        self._map_min_bytes = config.host_map_min_bytes
+        self._mapped = host_mapped_inputs(spec, self._streamed_inputs, self._map_min_bytes)
+        #: per streamed input: mapped or copied (None: all copied, the engine's fast path)
+        self._mapped_flags = [i in self._mapped for i, _ in self._streamed_inputs] \
+            if self._mapped else None
+        self._mapped_steps = mapped_steps(spec, self._streamed_inputs, self._mapped)
+        #: (position in the streamed list, argument index, buffer, dtype, elements) of each
+        #: mapped input, checked on every call
+        self._mapped_meta = [(p, i, n, np.dtype(spec.buffers[n].dtype), spec.buffers[n].numel)
+                             for p, (i, n) in enumerate(self._streamed_inputs)
+                             if i in self._mapped]
+        off_workspace = {*self._resident_inputs.values(), *self._mapped.values()}
+        self.plan = build_plan(spec, config.alignment, frozenset(off_workspace))
+        self._view_cache = None
 
     # ------------------------------------------------------------------ resident state
 
@@ -168,6 +195,8 @@ class Program:
         _free_resident(self._resident)
         self._view_cache = None
         self._resident_keys.clear()
+        if device.config.host_map_min_bytes != self._map_min_bytes:
+            self._split_inputs()
         nbytes = sum(self.spec.buffers[n].nbytes for n in self.spec.constants)
         nbytes += self._bank.nbytes + device.config.alignment * (len(self.spec.constants) + 1)
         block = device.allocator.malloc(nbytes)
@@ -257,10 +286,13 @@ class Program:
             views[name] = memory.view(block.offset + off, np.dtype(decl.dtype), decl.numel)
         views[_OUTPUT_COPIES] = [(k, _output_view(views, out), out.buffer)
                                  for k, out in enumerate(self.spec.outputs) if out is not None]
-        views[_INPUT_DSTS] = [views[name] for _, name in self._streamed_inputs]
-        views[_STEP_ARGS] = [_bind(step.fn, [views[b] for b in step.buffers] + list(step.params))
+        views[_INPUT_DSTS] = [views.get(name) for _, name in self._streamed_inputs]
+        mapped = {k for k, _ in self._mapped_steps}
+        views[_STEP_ARGS] = [_unbound if k in mapped else
+                             _bind(step.fn, [views[b] for b in step.buffers] + list(step.params))
                              if isinstance(step, LaunchStep) else None
-                             for step in self.spec.steps]
+                             for k, step in enumerate(self.spec.steps)]
+        views[_MAPPED_KEYS] = {}  # step index -> data pointers its launch is bound to
         self._view_cache = (block.offset, views)
         return views
 
@@ -277,11 +309,36 @@ class Program:
             dsts = views[_INPUT_DSTS]
             if not all(host.size for host in srcs):  # empty inputs: nothing to address
                 dsts = [d if h.size else d[:0] for d, h in zip(dsts, srcs)]
-            end = dma.copy_many("h2d", srcs, dsts, self._streamed_labels, staged=staged)
+            if self._mapped_flags is not None:
+                self._bind_mapped(views, srcs, data_ptrs)
+            # mapped inputs ride in the same submit: one h2d transfer per call
+            end = dma.copy_many("h2d", srcs, dsts, self._streamed_labels, staged=staged,
+                                mapped=self._mapped_flags)
         if self.spec.scalar_inputs and self._bank.pack(args):
             bank = self._resident["bank"]
             end = max(end, dma.copy_one("const", self._bank.host, bank, "constant bank"))
         return end
+
+    def _bind_mapped(self, views: dict[str, Any], srcs: list[np.ndarray],
+                     data_ptrs: list[int] | None) -> None:
+        """Bind each launch that reads a host-mapped input to this call's host arrays, unless
+        it is bound to the same addresses already (a caller passing the same tensor every
+        call binds nothing after the first). The bound launch keeps its arrays alive, so an
+        address seen again is the same live memory."""
+        for p, index, name, dtype, numel in self._mapped_meta:
+            check_mapped(index, name, srcs[p], dtype, numel)
+        launches, bound = views[_STEP_ARGS], views[_MAPPED_KEYS]
+        for k, positions in self._mapped_steps:
+            key = tuple(_data_ptr(self._streamed_inputs[p][0], srcs[p], data_ptrs)
+                        for p in positions)
+            if bound.get(k) == key:
+                continue
+            # kernels take flat arrays: a view of the (checked C-contiguous) host array
+            hosts = {self._streamed_inputs[p][1]: srcs[p].reshape(-1) for p in positions}
+            step = self.spec.steps[k]
+            launches[k] = _bind(step.fn, [hosts[b] if b in hosts else views[b]
+                                          for b in step.buffers] + list(step.params))
+            bound[k] = key
 
     def _aligned(self, index: int, name: str, host: np.ndarray,
                  data_ptrs: list[int] | None) -> bool:
@@ -289,9 +346,7 @@ class Program:
         ``DeviceConfig.alignment``); it must agree with the program's DMA plan."""
         if not host.size:  # an empty tensor moves nothing: its pointer is not in the plan
             return True
-        ptr = data_ptrs[index] if data_ptrs is not None else \
-            host.__array_interface__["data"][0]
-        aligned = ptr % self.device.config.alignment == 0
+        aligned = _data_ptr(index, host, data_ptrs) % self.device.config.alignment == 0
         planned = self.spec.aligned_inputs.get(index)
         if planned is not None and planned != aligned:
             raise SimAccelError(
@@ -386,6 +441,19 @@ def _bind(fn: Callable[..., Any], args: list[Any]) -> Callable[[], Any]:
     return bind(*args) if bind is not None else functools.partial(fn, *args)
 _STEP_ARGS = "__step_args__"
 _INPUT_DSTS = "__input_dsts__"
+#: step index -> the host data pointers (bytes) its host-mapped launch is bound to
+_MAPPED_KEYS = "__mapped_keys__"
+
+
+def _unbound() -> None:
+    raise SimAccelError("a kernel reading a host-mapped input was launched before it was "
+                        "bound to the host arrays (please report this)")
+
+
+def _data_ptr(index: int, host: np.ndarray, data_ptrs: list[int] | None) -> int:
+    """Address of argument ``index``'s first element (bytes): the caller's, when it passed
+    them (cheap for torch tensors), else numpy's."""
+    return data_ptrs[index] if data_ptrs is not None else host.__array_interface__["data"][0]
 
 
 def _output_view(views: dict[str, Any], out: OutputDecl | None) -> np.ndarray | None:

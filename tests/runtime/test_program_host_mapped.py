@@ -1,0 +1,155 @@
+"""Host-mapped inputs at the runtime level: which inputs a Program reads in place, its
+workspace plan without them, binding to the host arrays, the per-call checks, and the
+decision taken again after set_resident_inputs and a reconfigure. Programs are built by
+hand from numpy kernels; results are compared with numpy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import simaccel.runtime.program as program_module
+from simaccel.errors import SimAccelError
+from simaccel.runtime.config import DeviceConfig
+from simaccel.runtime.device import Device
+from simaccel.runtime.program import (BufferDecl, HostStep, LaunchStep, OutputDecl, Program,
+                                      ProgramSpec)
+
+N = 1024  # float32 elements: 4096 bytes
+MIN_BYTES = 4096
+
+
+def scale(y: np.ndarray, x: np.ndarray) -> None:
+    y[:] = x * 2.0
+
+
+def add_one(z: np.ndarray, x: np.ndarray) -> None:
+    z[:] = x + 1.0
+
+
+def make_spec(steps: list, outputs: tuple[str, ...] = ("y",), aligned: bool | None = True
+              ) -> ProgramSpec:
+    buffers = {name: BufferDecl(name, "float32", N, "input" if name == "x" else "temp")
+               for name in ("x", "y", "z")}
+    outs = [OutputDecl(name, (N,), (1,), 0, "float32") for name in outputs]
+    return ProgramSpec(buffers, steps, [(0, "x")], [], {}, outs,
+                       aligned_inputs={} if aligned is None else {0: aligned})
+
+
+def reading_x(writes: list[str] | None = ("y",)) -> LaunchStep:
+    return LaunchStep("scale", scale, ["y", "x"], [], N, 8 * N,
+                      None if writes is None else list(writes))
+
+
+def aligned_array(values: np.ndarray, alignment: int = 64) -> np.ndarray:
+    """A C-contiguous copy of ``values`` whose data pointer is a multiple of ``alignment``."""
+    raw = np.empty(values.nbytes + alignment, np.uint8)
+    skip = -raw.ctypes.data % alignment
+    out = raw[skip:skip + values.nbytes].view(values.dtype).reshape(values.shape)
+    out[...] = values
+    return out
+
+
+def make_device(min_bytes: int = MIN_BYTES) -> Device:
+    return Device(DeviceConfig(memory_bytes=1 << 22, host_map_min_bytes=min_bytes))
+
+
+def run(program: Program, x: np.ndarray) -> np.ndarray:
+    out = np.zeros(N, np.float32)
+    program.run([x], [out])
+    return out
+
+
+def test_a_large_input_read_by_one_kernel_is_read_in_place():
+    device = make_device()
+    program = Program(device, make_spec([reading_x()]))
+    copied = Program(make_device(0), make_spec([reading_x()]))
+    assert program.host_mapped == {0: "x"} and copied.host_mapped == {}
+    assert "x" not in program.plan.offsets and "x" in copied.plan.offsets
+    assert program.plan.total_bytes == copied.plan.total_bytes - N * 4
+    x = aligned_array(np.arange(N, dtype=np.float32))
+    for _ in range(3):
+        np.testing.assert_array_equal(run(program, x), x * 2.0)
+    st = device.dma_stats()
+    assert (st["h2d.mapped_bytes"], st["h2d.mapped_reads"]) == (3 * x.nbytes, 3)
+    assert (st["h2d.bytes"], st["h2d.transfers"]) == (3 * x.nbytes, 3)
+    assert device.runtime_stats()["kernel_launches"] == 3
+
+
+@pytest.mark.parametrize("case", ["kernel_may_write_it", "kernel_writes_it", "two_kernels",
+                                  "host_step_reads_it", "graph_output", "staged_plan",
+                                  "unplanned", "small"])
+def test_inputs_that_are_copied_as_before(case):
+    steps, outputs, aligned, min_bytes = [reading_x()], ("y",), True, MIN_BYTES
+    if case == "kernel_may_write_it":
+        steps = [reading_x(writes=None)]  # writes unknown: any of its buffers
+    elif case == "kernel_writes_it":
+        steps = [reading_x(writes=["y", "x"])]
+    elif case == "two_kernels":
+        steps.append(LaunchStep("add_one", add_one, ["z", "x"], [], N, 8 * N, ["z"]))
+    elif case == "host_step_reads_it":
+        steps.append(HostStep("host", lambda h: add_one(h["z"], h["x"]), ["x"], ["z"]))
+    elif case == "graph_output":
+        outputs = ("y", "x")
+    elif case == "staged_plan":
+        aligned = False
+    elif case == "unplanned":
+        aligned = None  # alignment decided per call: no plan to rely on
+    else:
+        min_bytes = N * 4 + 1
+    device = make_device(min_bytes)
+    program = Program(device, make_spec(steps, outputs, aligned))
+    assert program.host_mapped == {}
+    assert "x" in program.plan.offsets
+    x = aligned_array(np.arange(N, dtype=np.float32))
+    if not aligned:
+        x = np.arange(N + 1, dtype=np.float32)[1:]  # what a staged plan is compiled for
+    outs = [np.zeros(N, np.float32) for _ in outputs]
+    program.run([x], outs)
+    np.testing.assert_array_equal(outs[0], x * 2.0)
+    assert device.dma_stats()["h2d.mapped_bytes"] == 0
+    assert device.dma_stats()["h2d.bytes"] >= x.nbytes
+
+
+def test_the_same_host_array_binds_once_and_a_new_one_rebinds(monkeypatch):
+    program = Program(make_device(), make_spec([reading_x()]))
+    binds = []
+    real_bind = program_module._bind
+    monkeypatch.setattr(program_module, "_bind",
+                        lambda fn, args: binds.append(fn) or real_bind(fn, args))
+    x = aligned_array(np.ones(N, np.float32))
+    for _ in range(3):
+        np.testing.assert_array_equal(run(program, x), x * 2.0)
+        np.testing.assert_array_equal(run(program, x.view()), x * 2.0)  # same address
+    assert binds == [scale]
+    for k in range(3):
+        fresh = aligned_array(np.full(N, float(k), np.float32))
+        np.testing.assert_array_equal(run(program, fresh), fresh * 2.0)
+    assert binds == [scale] * 4
+
+
+def test_a_mapped_input_breaking_the_compiled_layout_raises():
+    program = Program(make_device(), make_spec([reading_x()]))
+    grid = aligned_array(np.arange(N, dtype=np.float32).reshape(32, 32))
+    np.testing.assert_array_equal(run(program, grid), grid.reshape(-1) * 2.0)
+    for bad in (grid.T, aligned_array(grid.astype(np.int32)),
+                aligned_array(np.zeros(N // 2, np.float32))):
+        with pytest.raises(SimAccelError, match="host-mapped.*guard should have recompiled"):
+            run(program, bad)
+
+
+def test_mapping_is_decided_again_after_residency_and_reconfigure():
+    device = make_device()
+    program = Program(device, make_spec([reading_x()]))
+    x = aligned_array(np.arange(N, dtype=np.float32))
+    np.testing.assert_array_equal(run(program, x), x * 2.0)
+    device.reconfigure(device.config.replace(host_map_min_bytes=0))
+    np.testing.assert_array_equal(run(program, x), x * 2.0)
+    assert program.host_mapped == {} and "x" in program.plan.offsets
+    device.reconfigure(device.config.replace(host_map_min_bytes=MIN_BYTES))
+    np.testing.assert_array_equal(run(program, x), x * 2.0)
+    assert program.host_mapped == {0: "x"}
+    program.set_resident_inputs({0})  # resident inputs are uploaded once, never mapped
+    np.testing.assert_array_equal(run(program, x), x * 2.0)
+    assert program.host_mapped == {}
+    assert device.dma_stats()["h2d.mapped_reads"] == 2
+    assert device.runtime_stats()["resident_uploads"] == 1
