@@ -31,7 +31,8 @@ class ConstantBank:
         self.nbytes = max(-(-offset // 8) * 8, 8)
         self.host = np.zeros(self.nbytes, np.uint8)
         self.valid = False  # the device copy matches ``host``
-        self._last: tuple | None = None  # the values ``host`` holds (see _value_key)
+        self._last: list | None = None  # the values ``host`` holds (see _value_key)
+        self._indices = [index for index, _, _ in slots]
         self._layout = struct.Struct(_struct_format(slots, self.offsets, self.nbytes))
 
     def views(self, bank: np.ndarray) -> dict[str, np.ndarray]:
@@ -41,9 +42,9 @@ class ConstantBank:
 
     def pack(self, args: list[Any]) -> bool:
         """Write the call's values into the host image; True if the device must be updated."""
-        key = tuple([_value_key(args[index]) for index, _, _ in self.slots])
+        key = [_value_key(args[index]) for index in self._indices]
         if self.valid and key == self._last:
-            return False  # the common case (nothing changed) costs one tuple compare
+            return False  # the common case (nothing changed) costs one list compare
         values = [k[0] if type(k) is tuple else k for k in key]
         try:
             self._layout.pack_into(self.host, 0, *values)
@@ -81,9 +82,13 @@ def _struct_format(slots: list[tuple[int, str, np.dtype]], offsets: list[int],
 
 def _value_key(value: Any) -> Any:
     """A value's identity for change detection: equal keys mean equal bytes in the bank
-    (the sign of a float zero counts; NaN never compares equal, so it is simply re-sent)."""
+    (the sign of a float zero counts; NaN never compares equal, so it is simply re-sent).
+    Python ints and non-zero floats (what compiled graphs pass) are their own key."""
+    kind = type(value)
+    if kind is int or (kind is float and value != 0.0):
+        return value
     if isinstance(value, np.ndarray):
-        value = value.item()
+        value = value.item()  # a snapshot: the array may be a view the caller writes to
     if isinstance(value, float) and value == 0.0:
         return (value, math.copysign(1.0, value))
     return value
