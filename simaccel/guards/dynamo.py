@@ -165,8 +165,20 @@ def value_guard_sites() -> list[ScalarSite]:
             continue
         sites[guard.name] = ScalarSite(
             guard.name, value, value_kind(value), _where(out, source),
-            f"{kind_name}: {guard.name} == {value!r}")
+            f"{kind_name}: {guard.name} == {value!r}", *_attribute_owner(out, source))
     return list(sites.values())
+
+
+def _attribute_owner(out: Any, source: Any) -> tuple[type | None, str]:
+    """(class of the object holding the attribute ``source`` reads, attribute name), or
+    (None, "") when ``source`` is not an attribute read."""
+    from torch._dynamo import source as S
+    if not isinstance(source, S.AttrSource):
+        return None, ""
+    try:
+        return type(_source_value(out, source.base)), source.member
+    except Exception:  # noqa: BLE001 - description only: the site is still reported
+        return None, ""
 
 
 def _source_value(out: Any, source: Any) -> Any:

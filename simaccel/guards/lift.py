@@ -22,6 +22,7 @@ import torch
 
 from simaccel.guards import dynamo
 from simaccel.guards.dynamo import LiftOutcome, RetraceRequest, ScalarSite
+from simaccel.guards.nn_constants import nn_constant_reason
 from simaccel.guards.policy import LiftPolicy
 from simaccel.guards.report import (
     ARRIVES_AS_GUARD_ONLY, ARRIVES_AS_SYMINT, ARRIVES_AS_TENSOR, DroppedGuard, GuardReport,
@@ -51,7 +52,7 @@ def keep_reason(site: ScalarSite) -> str | None:
         return "NaN/inf: Dynamo specializes non-finite floats"
     if site.kind not in ("float", "int"):
         return f"{site.kind} value: not a Python scalar"
-    return None
+    return nn_constant_reason(site.owner, site.attr)
 
 
 def lift_scalars(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],

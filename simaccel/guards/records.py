@@ -18,7 +18,8 @@ class ScalarSite:
 
     ``kind`` is ``float``, ``int``, ``bool``, ``str``, ``None``, ``enum`` or a type name;
     ``where`` says where the value lives (argument, global, closure cell, nn.Module
-    attribute, object attribute, dict item, list item, ...).
+    attribute, object attribute, dict item, list item, ...). For an attribute, ``owner``
+    is the class of the object holding it and ``attr`` its name.
     """
 
     source: str
@@ -26,6 +27,8 @@ class ScalarSite:
     kind: str
     where: str
     guard: str
+    owner: type | None = None
+    attr: str = ""
 
     @property
     def liftable(self) -> bool:
