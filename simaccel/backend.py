@@ -44,6 +44,7 @@ _EXTRA_DECOMPS = [
     aten.mse_loss, aten.mse_loss_backward, aten.nll_loss_forward, aten.nll_loss_backward,
     aten.addcmul, aten.addcdiv, aten.logit, aten.hardswish, aten.hardsigmoid, aten.elu,
     aten.softplus, aten.std, aten.var_mean, aten.linalg_vector_norm, aten.norm,
+    aten.native_group_norm, aten.native_group_norm_backward,
 ]
 
 

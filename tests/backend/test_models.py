@@ -39,7 +39,13 @@ def test_inference_equals_eager(name, make, inputs):
     assert_ran_on_device()
 
 
-@pytest.mark.parametrize("name,make,shape", [("mlp", mlp, (8, 16)), ("cnn", cnn, (2, 3, 8, 8))])
+def group_norm_net() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.GroupNorm(4, 8),
+                               torch.nn.SiLU(), torch.nn.Flatten(), torch.nn.Linear(512, 4))
+
+
+@pytest.mark.parametrize("name,make,shape", [("mlp", mlp, (8, 16)), ("cnn", cnn, (2, 3, 8, 8)),
+                                             ("group_norm", group_norm_net, (2, 3, 8, 8))])
 def test_training_step_gradients_equal_eager(name, make, shape):
     torch.manual_seed(0)
     model = make().train()

@@ -549,6 +549,8 @@ NORMS: dict[str, Fn] = {
     "batch_norm_eval_no_affine": lambda x, w, b, rm, rv: F.batch_norm(x[..., None], rm, rv),
     "batch_norm_eval_2d": lambda x, w, b, rm, rv: F.batch_norm(x[:, :, 0], rm, rv, w[2:], b[2:]),
     "layer_norm_all": lambda x, w, b, rm, rv: F.layer_norm(x, (4, 6, 8)),
+    "group_norm": lambda x, w, b, rm, rv: F.group_norm(x, 3, rm, rv),
+    "group_norm_no_affine": lambda x, w, b, rm, rv: F.group_norm(x, 2, eps=1e-3),
 }
 
 
