@@ -43,6 +43,8 @@ def _result() -> BenchResult:
         Record("compile", "cold_mlp3", "inductor", 10.0, 1),
         Record("compile", "cold_mlp3", "simaccel", 1.0, 1),
         Record("compile", "warm_mlp3", "simaccel", 0.25, 1),
+        Record("compile", "lift_off_scaled_mlp", "simaccel", 1.0, 1),
+        Record("compile", "lift_auto_scaled_mlp", "simaccel", 1.2, 1),
         Record("scalar", "float_arg[dynamic=False]", "simaccel", 1.05e-4, 20,
                {"recompiles": 0, "steady_median_s": 1e-4, "changed_vs_steady": 1.05}),
         Record("steady", "tiny_x*2+1_16", "dynamo_eager", 2e-5, 30),
@@ -67,6 +69,8 @@ def test_targets_are_computed_from_same_run_baselines():
     assert found["simaccel tiny steady call / dynamo_eager"].value == 2.0
     assert found["simaccel tiny steady call / dynamo_eager"].met is False
     assert Target("x", None, 1.0).met is None
+    retrace = found["simaccel first compile lift='auto' / lift='off'"]
+    assert abs(retrace.value - 1.2) < 1e-9 and retrace.met is True
     guard = found["simaccel guard check lifted / lift='off'"]
     assert abs(guard.value - 1.1) < 1e-9 and guard.met is False
     assert found["simaccel chain8 / eager (full size)"].value == 7e-3 / 16e-3

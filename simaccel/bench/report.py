@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from simaccel.bench.runner import GROUPS, BenchResult
-from simaccel.bench.scenarios import Record
+from simaccel.bench.scenarios import LIFT_WORKLOAD, Record
 
 GROUP_TITLES = {
     "steady": "steady per-call time, tiny graph (baseline: Dynamo eager backend)",
@@ -15,7 +15,8 @@ GROUP_TITLES = {
     "guard": "steady call with 3 scalar args; guard check alone (baseline: Dynamo eager)",
     "kernel": "kernel throughput, seconds per call (baseline: plain eager)",
     "compile": "first call in a new process: cold = empty caches, warm = caches kept "
-               "(baseline: cold -> inductor cold, warm -> same backend cold)",
+               "(baseline: cold -> inductor cold, warm -> same backend cold; lift_auto -> "
+               "lift_off: simaccel with and without the lifting re-trace, empty caches)",
 }
 
 
@@ -38,6 +39,8 @@ def baseline_of(rec: Record) -> tuple[str, str, str] | None:
         return rec.key, "dynamo_eager", "dynamo_eager"
     if rec.group == "guard":
         return "guard/3_scalars[default]", "dynamo_eager", "dynamo_eager"
+    if rec.group == "compile" and rec.scenario.startswith("lift_"):
+        return rec.key.replace("lift_auto_", "lift_off_"), rec.backend, "lift='off'"
     if rec.group == "compile" and rec.scenario.startswith("cold_"):
         return rec.key, "inductor", "inductor cold"
     if rec.group == "compile":
@@ -116,8 +119,9 @@ class Target:
         return f"{self.name:<52} {value:>8} (target <= {self.bound:.3g}) {state}  {self.note}"
 
 
-def _median_ratio(result: BenchResult, key: str, num: str, den: str) -> float | None:
-    a, b = result.get(key, num), result.get(key, den)
+def _median_ratio(result: BenchResult, key: str, num: str, den: str,
+                  den_key: str | None = None) -> float | None:
+    a, b = result.get(key, num), result.get(den_key or key, den)
     return a.median_s / b.median_s if a and b and a.median_s and b.median_s else None
 
 
@@ -154,6 +158,10 @@ def targets(result: BenchResult) -> list[Target]:
                f"(median over scenarios; {note})"),
         Target("simaccel tiny steady call / dynamo_eager",
                _median_ratio(result, "steady/tiny_x*2+1_16", "simaccel", "dynamo_eager"), 1.5),
+        Target("simaccel first compile lift='auto' / lift='off'",
+               _median_ratio(result, f"compile/lift_auto_{LIFT_WORKLOAD}", "simaccel",
+                             "simaccel", den_key=f"compile/lift_off_{LIFT_WORKLOAD}"), 1.5,
+               "(scaled MLP, empty caches: the re-trace inside the first compile)"),
         Target("simaccel guard check lifted / lift='off'", _guard_check_ratio(result), 1.0,
                "(3 scalars, dynamic=False: type guards + NaN/slot checks vs value guards)"),
         *_kernel_targets(result),

@@ -67,6 +67,11 @@ def _compile_tasks(backends: Sequence[str], cache_root: str) -> list[Task]:
         for phase in ("cold", "warm"):  # warm reuses the cold run's folder
             tasks.append(Task("compile", f"{phase}_{sc.COMPILE_WORKLOAD}", backend,
                               lambda b=backend, p=phase, r=root: sc.measure_compile(b, p, r)))
+    if "simaccel" in backends:  # first compile with the lifting re-trace, and without
+        for lift in ("off", "auto"):
+            root = os.path.join(cache_root, f"lift-{lift}")
+            tasks.append(Task("compile", f"lift_{lift}_{sc.LIFT_WORKLOAD}", "simaccel",
+                              lambda lift=lift, r=root: sc.measure_lift_compile(lift, r)))
     return tasks
 
 

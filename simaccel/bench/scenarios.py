@@ -19,6 +19,8 @@ from simaccel.bench.workloads import (
 
 #: the compile workload run in fresh processes.
 COMPILE_WORKLOAD = "mlp3"
+#: the workload of the lifting compile-time scenario (coldstart's ``--lift`` workload)
+LIFT_WORKLOAD = "scaled_mlp"
 #: elements of the tensors in the scalar scenarios (per-call overhead dominates).
 SCALAR_NUMEL = 64
 #: dynamic= settings the scalar scenarios run under.
@@ -171,6 +173,14 @@ def measure_compile(backend: str, phase: str, cache_root: str) -> Record:
     return Record("compile", f"{phase}_{COMPILE_WORKLOAD}", backend, result["first_call_s"], 1,
                   {"process_s": result["process_s"], "graphs": result["graphs"],
                    "simaccel_cache_hits": result.get("kernel_cache_hits")})
+
+
+def measure_lift_compile(lift: str, cache_root: str) -> Record:
+    """First call of the scaled MLP (three Python scalars) in a new process with empty
+    caches, simaccel with ``lift`` "auto" (one re-trace inside the compile) or "off"."""
+    result = first_call_in_new_process("simaccel", cache_root, lift=lift)
+    return Record("compile", f"lift_{lift}_{LIFT_WORKLOAD}", "simaccel", result["first_call_s"],
+                  1, {"process_s": result["process_s"], "graphs": result["graphs"]})
 
 
 # ---------------------------------------------------------------------- kernel throughput
