@@ -162,7 +162,7 @@ class KernelCache:
             log.debug("kernel %s not exported as a native object: %s", path.name, exc)
             return
         if blob is not None:
-            _write_atomic(native_path, blob)
+            write_atomic(native_path, blob)
 
     def _write_verified(self, path: Path, source: str, digest: str, force: bool = False) -> None:
         if not force and path.exists():
@@ -172,7 +172,7 @@ class KernelCache:
             log.warning("kernel cache entry %s does not match its hash (truncated or "
                         "tampered); rewriting and recompiling it", path)
             self._purge_numba_cache(path)
-        _write_atomic(path, source.encode())
+        write_atomic(path, source.encode())
 
     def _import_and_compile(self, path: Path, digest: str, signature: tuple):
         name = f"simaccel_kernel_{digest}"
@@ -202,7 +202,7 @@ class KernelCache:
                 pass
 
 
-def _write_atomic(path: Path, content: bytes) -> None:
+def write_atomic(path: Path, content: bytes) -> None:
     """Write ``path`` (mode 0600) so that a concurrent reader never sees a partial file."""
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}.{threading.get_ident()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

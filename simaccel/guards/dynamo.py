@@ -36,6 +36,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from simaccel.errors import SimAccelError
+from simaccel.guards import lift_memory
 from simaccel.guards.folded import FoldedPart, build_folded_check
 from simaccel.guards.records import (
     GraphInput, LiftOutcome, RetraceRequest, ScalarSite, value_kind,
@@ -387,7 +388,8 @@ def _root_frame() -> tuple[types.CodeType, Any]:
 
 
 def remember_unliftable(reasons: Mapping[str, str]) -> None:
-    """Record, for the frame being compiled, sources that must stay specialized."""
+    """Record, for the frame being compiled, sources that must stay specialized (in this
+    process, and on disk for the next one: :mod:`simaccel.guards.lift_memory`)."""
     if reasons:
         code, state = _root_frame()
         ref, known = _UNLIFTABLE.get(code, (None, {}))
@@ -395,13 +397,16 @@ def remember_unliftable(reasons: Mapping[str, str]) -> None:
             known = {}
         known.update(reasons)
         _UNLIFTABLE[code] = (weakref.ref(state), known)
+        lift_memory.store(code, reasons)
 
 
 def unliftable() -> dict[str, str]:
-    """Sources of the frame being compiled found unliftable by an earlier compile."""
+    """Sources of the frame being compiled found unliftable by an earlier compile (of this
+    process, or of an earlier process sharing the cache directory)."""
     code, state = _root_frame()
     ref, known = _UNLIFTABLE.get(code, (None, {}))
-    return dict(known) if ref is not None and ref() is state else {}
+    here = dict(known) if ref is not None and ref() is state else {}
+    return {**lift_memory.load(code), **here}
 
 
 # ---------------------------------------------------------------- asking for a re-trace

@@ -1,0 +1,95 @@
+"""Lifting decisions kept between processes: the sources of a frame that must stay
+specialized, so that a new process does not pay the re-traces that found them.
+
+A source Dynamo used as a tensor shape or pinned to its value costs the first compile of a
+frame one more re-trace (:mod:`simaccel.guards.lift`). The in-process memory
+(:func:`simaccel.guards.dynamo.remember_unliftable`) spares later compiles of the frame in
+the same process; this file-backed one spares a warm start (a new process with the same
+``SIMACCEL_CACHE_DIR``), as the kernel cache spares its kernel compiles. An entry is keyed
+by the frame's code (bytecode, names and constants: an edit of the function changes the
+key), the torch version and a format number, and holds {source: reason}. An entry can only
+keep a source from being lifted: a stale one costs a recompile on a new value, never a
+wrong result. Entries this process wrote are not read back: the in-process memory, which
+``torch._dynamo.reset()`` clears, speaks for them.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import types
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from simaccel.codegen.cache import default_cache_dir, ensure_private_dir, write_atomic
+
+log = logging.getLogger("simaccel")
+
+FORMAT = 1
+#: keys of the entries this process wrote
+_WRITTEN: set[str] = set()
+
+
+def load(code: types.CodeType) -> dict[str, str]:
+    """{source: reason} an earlier process recorded for ``code`` ({} if none or unreadable)."""
+    key = _key(code)
+    if key in _WRITTEN:
+        return {}
+    return _read(_path(key))
+
+
+def store(code: types.CodeType, reasons: Mapping[str, str]) -> None:
+    """Add ``reasons`` to ``code``'s entry (a failed write is logged: it only costs a later
+    process the re-traces)."""
+    key = _key(code)
+    _WRITTEN.add(key)
+    path = _path(key)
+    merged = {**_read(path), **reasons}
+    try:
+        write_atomic(path, json.dumps(merged, sort_keys=True).encode())
+    except OSError as err:
+        log.warning("simaccel: cannot record lifting decisions in %s: %s", path, err)
+
+
+def _read(path: Path) -> dict[str, str]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as err:
+        log.warning("simaccel: ignoring unreadable lifting memory %s: %s", path, err)
+        return {}
+    if not isinstance(data, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        log.warning("simaccel: ignoring malformed lifting memory %s", path)
+        return {}
+    return data
+
+
+def _key(code: types.CodeType) -> str:
+    digest = hashlib.sha256(f"torch {torch.__version__}|format {FORMAT}".encode())
+    _fingerprint(code, digest)
+    return digest.hexdigest()[:32]
+
+
+def _fingerprint(code: types.CodeType, digest: Any) -> None:
+    """Feed what defines ``code`` to ``digest``: the same in every process for the same
+    source (``marshal.dumps`` is not: it flags objects by their reference counts)."""
+    for part in (code.co_filename, code.co_qualname, code.co_firstlineno, code.co_names,
+                 code.co_varnames, code.co_freevars, code.co_cellvars):
+        digest.update(repr(part).encode() + b"\0")
+    digest.update(code.co_code)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _fingerprint(const, digest)
+        elif isinstance(const, frozenset):  # iteration order varies with the hash seed
+            digest.update(repr(sorted(map(repr, const))).encode() + b"\0")
+        else:
+            digest.update(repr(const).encode() + b"\0")
+
+
+def _path(key: str) -> Path:
+    return ensure_private_dir(default_cache_dir() / "lift") / f"{key}.json"
