@@ -73,6 +73,22 @@ def _core_aten_table() -> dict[Any, Callable[..., Any]]:
 _GRAPH_IDS = itertools.count()
 
 
+def _c_contiguous(value: Any) -> bool:
+    """True for a tensor laid out in C order with static sizes and strides (strides of
+    size-1 dims do not count, as for numpy's flag); Dynamo's tensor guard pins them."""
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+        return False
+    shape, stride = tuple(value.shape), tuple(value.stride())
+    if not all(type(v) is int for v in (*shape, *stride)):
+        return False  # symbolic: not known for every call
+    expected = 1
+    for size, step in zip(reversed(shape), reversed(stride)):
+        if size != 1 and step != expected:
+            return False
+        expected *= size
+    return True
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: Options,
                   kind: str, guard_report: Any = None,
                   device_plan: DevicePlan | None = None) -> CompiledGraph:
@@ -89,6 +105,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
         result = assemble(lowered, device, name)
     if device_plan is not None:
         result.spec.aligned_inputs = dict(device_plan.aligned)
+    result.spec.contiguous_inputs = frozenset(
+        i for i, _ in result.spec.tensor_inputs if _c_contiguous(example_inputs[i]))
     program = Program(device, result.spec)
     if device_plan is not None:
         program.set_resident_inputs(device_plan.resident)

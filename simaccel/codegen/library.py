@@ -33,6 +33,8 @@ class LibraryKernel:
     params: list[int]
     flops: int
     bytes_moved: int
+    #: the buffers the call stores to (empty: unknown, any of ``buffers``)
+    writes: tuple[str, ...] = ()
 
 
 def _matrices(buf: np.ndarray, offset: int, batch: int, rows: int, cols: int,

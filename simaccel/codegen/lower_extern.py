@@ -46,7 +46,8 @@ def matmul(ctx: GraphLowering, a: TensorValue, b: TensorValue, dtype: str) -> Re
     flops, nbytes = 2 * batch * m * n * k, 4 * (batch * (m * k + k * n + m * n))
     if dtype in library.GEMM_DTYPES:  # a BLAS call on the device buffers: no JIT compile
         ctx.add_kernel(library.LibraryKernel(ctx.kernel_name("gemm"), library.gemm, buffers,
-                                             params + [int(a_t), int(b_t)], flops, nbytes))
+                                             params + [int(a_t), int(b_t)], flops, nbytes,
+                                             writes=(out.layout.buffer,)))
         return out
     extern(ctx, templates.matmul(a_t, b_t), buffers, params,
            flops=flops, bytes_moved=nbytes)

@@ -25,8 +25,8 @@ def host_mapped_inputs(spec: "ProgramSpec", streamed: list[tuple[int, str]],
 
     ``streamed``: the (argument index, buffer) inputs copied in on every call (not
     resident); ``min_bytes``: ``DeviceConfig.host_map_min_bytes`` (bytes; 0 maps nothing).
-    An input qualifies when it is at least ``min_bytes`` large, planned for a direct
-    (aligned) DMA, read by exactly one kernel and by no host fallback, written by no step
+    An input qualifies when it is at least ``min_bytes`` large, C-contiguous on the host
+    and planned for a direct (aligned) DMA, read by exactly one kernel and by no host fallback, written by no step
     and not itself a graph output (its device copy would be read back after the call)."""
     if min_bytes <= 0:
         return {}
@@ -34,7 +34,7 @@ def host_mapped_inputs(spec: "ProgramSpec", streamed: list[tuple[int, str]],
     untouchable |= {out.buffer for out in spec.outputs if out is not None}
     return {index: name for index, name in streamed
             if spec.buffers[name].nbytes >= min_bytes
-            and spec.aligned_inputs.get(index) is True
+            and spec.aligned_inputs.get(index) is True and index in spec.contiguous_inputs
             and readers.get(name) == 1 and name not in untouchable}
 
 

@@ -93,6 +93,9 @@ class ProgramSpec:
     #: DMA plan by argument index: True = direct descriptor, False = staged; inputs not
     #: listed are checked per call.
     aligned_inputs: dict[int, bool] = field(default_factory=dict)
+    #: argument indices of tensor inputs whose host layout is C-contiguous (pinned by the
+    #: frame's tensor guards): only those can be read in place (host-mapped)
+    contiguous_inputs: frozenset[int] = frozenset()
 
 
 def step_buffers(step: LaunchStep | HostStep) -> list[str]:

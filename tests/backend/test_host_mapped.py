@@ -57,6 +57,16 @@ def test_large_input_read_by_one_kernel_is_mapped_not_copied():
     assert planned == before - INPUT_BYTES
 
 
+def test_gemm_operands_are_mapped():
+    """A float GEMM (a library call) writes only its output: its large operands are read in
+    place, the result equals eager."""
+    x, w = torch.randn(*SHAPE), torch.randn(SHAPE[1], SHAPE[0])
+    with simaccel.configure(host_map_min_bytes=MIN_BYTES):
+        dma, report = run(torch.mm, x, w)
+    assert sorted(i for i, _, _ in report.host_mapped) == [0, 1]
+    assert dma["h2d.mapped_bytes"] == 3 * 2 * INPUT_BYTES
+
+
 def test_same_tensor_binds_once_and_new_tensors_rebind(monkeypatch):
     binds: list[Any] = []
     real_bind = program_module._bind
@@ -89,6 +99,8 @@ COPIED: dict[str, tuple[Callable[..., Any], Callable[[], torch.Tensor], int]] = 
     "returned_as_an_output": (lambda x: (x.sum(-1), x.detach()), lambda: torch.randn(*SHAPE),
                               MIN_BYTES),
     "misaligned_view": (row_reductions, _misaligned, MIN_BYTES),
+    # a transposed view: the copy gathers it into C order; a kernel cannot read it in place
+    "transposed_view": (row_reductions, lambda: torch.randn(SHAPE[1], SHAPE[0]).t(), MIN_BYTES),
     "below_threshold": (row_reductions, lambda: torch.randn(*SHAPE), INPUT_BYTES + 1),
     "mapping_disabled": (row_reductions, lambda: torch.randn(*SHAPE), 0),
 }

@@ -26,13 +26,14 @@ def add_one(z: np.ndarray, x: np.ndarray) -> None:
     z[:] = x + 1.0
 
 
-def make_spec(steps: list, outputs: tuple[str, ...] = ("y",), aligned: bool | None = True
-              ) -> ProgramSpec:
+def make_spec(steps: list, outputs: tuple[str, ...] = ("y",), aligned: bool | None = True,
+              contiguous: bool = True) -> ProgramSpec:
     buffers = {name: BufferDecl(name, "float32", N, "input" if name == "x" else "temp")
                for name in ("x", "y", "z")}
     outs = [OutputDecl(name, (N,), (1,), 0, "float32") for name in outputs]
     return ProgramSpec(buffers, steps, [(0, "x")], [], {}, outs,
-                       aligned_inputs={} if aligned is None else {0: aligned})
+                       aligned_inputs={} if aligned is None else {0: aligned},
+                       contiguous_inputs=frozenset({0}) if contiguous else frozenset())
 
 
 def reading_x(writes: list[str] | None = ("y",)) -> LaunchStep:
@@ -77,9 +78,9 @@ def test_a_large_input_read_by_one_kernel_is_read_in_place():
 
 @pytest.mark.parametrize("case", ["kernel_may_write_it", "kernel_writes_it", "two_kernels",
                                   "host_step_reads_it", "graph_output", "staged_plan",
-                                  "unplanned", "small"])
+                                  "unplanned", "not_contiguous", "small"])
 def test_inputs_that_are_copied_as_before(case):
-    steps, outputs, aligned, min_bytes = [reading_x()], ("y",), True, MIN_BYTES
+    steps, outputs, aligned, min_bytes, contiguous = [reading_x()], ("y",), True, MIN_BYTES, True
     if case == "kernel_may_write_it":
         steps = [reading_x(writes=None)]  # writes unknown: any of its buffers
     elif case == "kernel_writes_it":
@@ -94,15 +95,19 @@ def test_inputs_that_are_copied_as_before(case):
         aligned = False
     elif case == "unplanned":
         aligned = None  # alignment decided per call: no plan to rely on
+    elif case == "not_contiguous":
+        contiguous = False  # a strided host layout: the copy gathers it
     else:
         min_bytes = N * 4 + 1
     device = make_device(min_bytes)
-    program = Program(device, make_spec(steps, outputs, aligned))
+    program = Program(device, make_spec(steps, outputs, aligned, contiguous))
     assert program.host_mapped == {}
     assert "x" in program.plan.offsets
     x = aligned_array(np.arange(N, dtype=np.float32))
     if not aligned:
         x = np.arange(N + 1, dtype=np.float32)[1:]  # what a staged plan is compiled for
+    if not contiguous:
+        x = aligned_array(np.arange(2 * N, dtype=np.float32))[::2]  # every other element
     outs = [np.zeros(N, np.float32) for _ in outputs]
     program.run([x], outs)
     np.testing.assert_array_equal(outs[0], x * 2.0)
