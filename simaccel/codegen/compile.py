@@ -112,9 +112,9 @@ def library_step(kernel: LibraryKernel, lowered: LoweredGraph) -> tuple[LaunchSt
 
 def _writes(kernel: Any) -> list[str] | None:
     """The buffers a kernel stores to: exact for pointwise and reduction kernels (their
-    outputs), every buffer for templates and library calls (not known more precisely);
-    None if unknown. The runtime reads an input in place (host-mapped) only if no kernel
-    may write it."""
+    outputs) and for templates and library calls that declare them, every buffer of the
+    others; None if unknown. The runtime reads an input in place (host-mapped) only if no
+    kernel may write it."""
     known = step_buffers(kernel)
     return sorted(known[1]) if known is not None else None
 

@@ -75,9 +75,9 @@ def _op_label(step: ReductionKernel) -> str:
 
 
 def step_buffers(step: Any) -> tuple[set[str], set[str]] | None:
-    """(buffers read, buffers written) of a step, conservative (a template kernel, or a
-    library kernel that declares no ``writes``, may write any of its buffers); None if
-    unknown (nothing moves across it)."""
+    """(buffers read, buffers written) of a step, conservative (a template or library
+    kernel that declares no ``writes`` may write any of its buffers); None if unknown
+    (nothing moves across it)."""
     if isinstance(step, ReductionKernel):
         parts = step.parts
         return set(buffers_read([p.body for p in parts])), {p.out.buffer for p in parts}

@@ -358,8 +358,10 @@ def _dtype_problem(node: torch.fx.Node) -> str | None:
 
 
 def extern(ctx: GraphLowering, source: str, buffers: list[str], params: list[Any],
-           flops: int, bytes_moved: int, parallel: bool = False) -> None:
-    """Append a template kernel launch (see :mod:`simaccel.codegen.templates`)."""
+           flops: int, bytes_moved: int, parallel: bool = False,
+           writes: tuple[str, ...] = ()) -> None:
+    """Append a template kernel launch (see :mod:`simaccel.codegen.templates`); ``writes``:
+    the buffers its source stores to (leave empty when unsure: then any of them)."""
     ctx.add_kernel(ExternKernel(ctx.kernel_name("extern"), source, buffers,
                                 [int(p) for p in params], int(flops), int(bytes_moved),
-                                parallel))
+                                parallel, tuple(writes)))

@@ -260,6 +260,8 @@ class ExternKernel:
     flops: int
     bytes_moved: int
     parallel: bool = False
+    #: the buffers the template stores to (empty: unknown, any of ``buffers``)
+    writes: tuple[str, ...] = ()
 
 
 Kernel = PointwiseKernel | ReductionKernel | ExternKernel

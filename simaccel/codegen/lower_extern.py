@@ -50,7 +50,7 @@ def matmul(ctx: GraphLowering, a: TensorValue, b: TensorValue, dtype: str) -> Re
                                              writes=(out.layout.buffer,)))
         return out
     extern(ctx, templates.matmul(a_t, b_t), buffers, params,
-           flops=flops, bytes_moved=nbytes)
+           flops=flops, bytes_moved=nbytes, writes=(out.layout.buffer,))
     return out
 
 
@@ -102,7 +102,7 @@ def _convolution(ctx: GraphLowering, x: TensorValue, w: TensorValue, bias: Any,
     out = ctx.new_tensor(shape, dtype)
     flops = 2 * out.numel * rows
     extern(ctx, templates.conv2d(), [out.layout.buffer, xr.layout.buffer, wr.layout.buffer, cols],
-           geom, flops, 4 * (x.numel + w.numel + out.numel))
+           geom, flops, 4 * (x.numel + w.numel + out.numel), writes=(out.layout.buffer, cols))
     if bias is None:
         return out
     return Lazy(shape, dtype, lambda i: elementwise_add_bias(out, bias, i, dtype), 1)
@@ -180,7 +180,8 @@ def _max_pool(ctx: GraphLowering, x: TensorValue, kernel: list[int], stride: lis
     out, idx = ctx.new_tensor(shape, x.dtype), ctx.new_tensor(shape, "int64")
     extern(ctx, templates.max_pool2d(), [out.layout.buffer, idx.layout.buffer, xr.layout.buffer],
            _pool_args(x, shape, kernel, stride, padding) + dil, out.numel * kernel[0] * kernel[-1],
-           4 * (x.numel + 3 * out.numel), _parallel(x.numel))
+           4 * (x.numel + 3 * out.numel), _parallel(x.numel),
+           writes=(out.layout.buffer, idx.layout.buffer))
     return (out, idx)
 
 
@@ -214,7 +215,8 @@ def _avg_pool(ctx: GraphLowering, x: TensorValue, kernel: list[int], stride: lis
     out = ctx.new_tensor(shape, x.dtype)
     params = _avg_params(x, shape, kernel, stride, padding, count_include_pad, divisor_override)
     extern(ctx, templates.avg_pool2d(), [out.layout.buffer, xr.layout.buffer], params,
-           out.numel * kernel[0] * kernel[-1], 4 * (x.numel + out.numel), _parallel(x.numel))
+           out.numel * kernel[0] * kernel[-1], 4 * (x.numel + out.numel), _parallel(x.numel),
+           writes=(out.layout.buffer,))
     return out
 
 
@@ -241,7 +243,7 @@ def _adaptive_avg(ctx: GraphLowering, x: TensorValue, output_size: list[int]) ->
     n, c, h, w = _as_4d(x.shape)
     extern(ctx, templates.adaptive_avg_pool2d(), [out.layout.buffer, xr.layout.buffer],
            [n * c, h, w, shape[-2], shape[-1]], x.numel, 4 * (x.numel + out.numel),
-           _parallel(x.numel))
+           _parallel(x.numel), writes=(out.layout.buffer,))
     return out
 
 
@@ -270,5 +272,6 @@ def _cumsum(ctx: GraphLowering, x: TensorValue, dim: int, dtype: Any = None) -> 
     op = "sum" if ctx.current.target is aten.cumsum.default else "prod"
     acc = "np.float64" if is_float(out_dtype) else "np.int64"
     extern(ctx, templates.scan(op, acc), [out.layout.buffer, xr.layout.buffer],
-           [outer, n, inner], x.numel, 8 * x.numel, _parallel(x.numel) and outer > 1)
+           [outer, n, inner], x.numel, 8 * x.numel, _parallel(x.numel) and outer > 1,
+           writes=(out.layout.buffer,))
     return out

@@ -67,6 +67,31 @@ def test_gemm_operands_are_mapped():
     assert dma["h2d.mapped_bytes"] == 3 * 2 * INPUT_BYTES
 
 
+TEMPLATE_READERS: dict[str, tuple[Callable[..., Any], Callable[[], torch.Tensor]]] = {
+    "conv2d": (lambda x: torch.nn.functional.conv2d(x, torch.ones(4, 3, 3, 3) / 27, padding=1),
+               lambda: torch.randn(2, 3, 16, 16)),
+    "max_pool2d": (lambda x: torch.nn.functional.max_pool2d(x, 2),
+                   lambda: torch.randn(2, 4, 16, 16)),
+    "avg_pool2d": (lambda x: torch.nn.functional.avg_pool2d(x, 2),
+                   lambda: torch.randn(2, 4, 16, 16)),
+    "adaptive_avg_pool2d": (lambda x: torch.nn.functional.adaptive_avg_pool2d(x, 3),
+                            lambda: torch.randn(2, 4, 16, 16)),
+    "cumsum": (lambda x: torch.cumsum(x, 1), lambda: torch.randn(*SHAPE)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TEMPLATE_READERS))
+def test_template_kernel_inputs_are_mapped(case):
+    """Templates declare what they write (their outputs and scratch), so the large input
+    they read is read in place; results equal eager."""
+    fn, make = TEMPLATE_READERS[case]
+    x = make()
+    with simaccel.configure(host_map_min_bytes=MIN_BYTES):
+        dma, report = run(fn, x)
+    assert [i for i, _, _ in report.host_mapped] == [0], report.host_mapped
+    assert dma["h2d.mapped_bytes"] == 3 * x.numel() * 4
+
+
 def test_same_tensor_binds_once_and_new_tensors_rebind(monkeypatch):
     binds: list[Any] = []
     real_bind = program_module._bind
