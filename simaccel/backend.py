@@ -78,15 +78,9 @@ def _c_contiguous(value: Any) -> bool:
     size-1 dims do not count, as for numpy's flag); Dynamo's tensor guard pins them."""
     if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
         return False
-    shape, stride = tuple(value.shape), tuple(value.stride())
-    if not all(type(v) is int for v in (*shape, *stride)):
-        return False  # symbolic: not known for every call
-    expected = 1
-    for size, step in zip(reversed(shape), reversed(stride)):
-        if size != 1 and step != expected:
-            return False
-        expected *= size
-    return True
+    if not all(type(v) is int for v in (*value.shape, *value.stride())):
+        return False  # symbolic: not known for every call (and asking would add a guard)
+    return value.is_contiguous()
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: Options,

@@ -13,9 +13,10 @@ the *timing* is simulated on a :class:`~simaccel.dma.clock.SimClock`:
 * it starts at ``max(channel free time, not_before_ns)``; channels overlap each other
   and the compute track.
 
-A *mapped* read (:meth:`DmaEngine.map_many`) is host memory the device reads in place
-(zero-copy, CUDA mapped pinned memory): the bytes still cross the bus, so it is placed,
-timed, traced and counted exactly like an h2d copy, but nothing is copied.
+A *mapped* read (``mapped`` in :meth:`DmaEngine.copy_many`) is host memory the device reads
+in place (zero-copy, CUDA mapped pinned memory): the bytes still cross the bus, so it is
+placed, timed, traced and counted exactly like an h2d copy (and in ``h2d.mapped_bytes`` /
+``h2d.mapped_reads``), but nothing is copied.
 """
 from __future__ import annotations
 
@@ -190,8 +191,8 @@ class DmaEngine:
         """One scatter-gather submit of ``kind`` copying ``srcs[i]`` into ``dsts[i]``: the
         same copies, timing, stats and trace as :meth:`submit` with one :class:`Descriptor`
         per pair, minus the objects (the runtime calls this on every graph call). Where
-        ``mapped[i]`` (h2d only) ``srcs[i]`` is a mapped read (see :meth:`map_many`) and
-        ``dsts[i]`` is ignored (None). Returns the end of the last copy (ns;
+        ``mapped[i]`` (h2d only) ``srcs[i]`` is a mapped read (a C-contiguous host array the
+        device reads in place, see the module doc) and ``dsts[i]`` is ignored (None). Returns the end of the last copy (ns;
         ``not_before_ns`` if there is none)."""
         keys = _STAT_KEYS.get(kind)
         if keys is None:
@@ -227,17 +228,6 @@ class DmaEngine:
                     self._count_copies(keys, done, nbytes_total, bursts_total, staged_bytes,
                                        mapped_bytes, mapped_reads)
         return end
-
-    def map_many(self, srcs: list[np.ndarray], labels: list[str], *,
-                 not_before_ns: float = 0.0) -> float:
-        """One submit of mapped reads: the device reads each C-contiguous host array in
-        ``srcs`` in place (zero-copy). Placed on the channels, timed (latency +
-        bytes/bandwidth, in bursts) and traced exactly like an h2d copy of the same bytes,
-        and counted in ``h2d.bytes``, ``h2d.transfers`` (one per submit), ``descriptors``,
-        ``h2d.mapped_bytes`` and ``h2d.mapped_reads``, but no byte is copied. Returns the
-        end of the last read (ns): a kernel reading these arrays starts after it."""
-        return self.copy_many("h2d", srcs, [None] * len(srcs), labels,
-                              mapped=[True] * len(srcs), not_before_ns=not_before_ns)
 
     def copy_one(self, kind: str, src: np.ndarray, dst: np.ndarray, label: str, *,
                  staged: bool = False, not_before_ns: float = 0.0) -> float:

@@ -25,7 +25,6 @@ from typing import Any
 from simaccel.errors import GuardCheckError, InvalidOptionError
 from simaccel.guards import dynamo
 from simaccel.guards.report import AddedGuard
-from simaccel.guards.sources import parse_source
 
 __all__ = ["Guard", "add_frame_expression", "add_guard", "add_user_guards",
            "frame_added_guards"]
@@ -187,13 +186,9 @@ def add_source_expression(name: str, source: str, check: str, *,
     if "{" in source or "}" in source:
         return None  # the expression is a format template
     try:
-        parse_source(source)
-        dynamo.resolve_source(source)
+        dynamo.resolve_source(source)  # ValueError for anything but a plain chain
     except (LookupError, ValueError):
         return None
-    frame = dynamo.frame_slot(_FrameGuards)
-    if (name, source) in frame.by_key:
-        return frame.by_key[(name, source)]
     result = bool(dynamo.eval_frame_expression(check))
     expr = check if result else f"not ({check})"
     return add_frame_expression(name, expr, {}, expr, added_by=added_by, source=source,

@@ -137,18 +137,17 @@ def _tensor_fact(graph_input: dynamo.GraphInput,
         # alignment matters only at an upload, which checks it then. No per-call guard, so
         # a model's parameters cost nothing on every call.
         return {"resident": True}, None
-    aligned = value.data_ptr() % alignment == 0
     expr = f"{graph_input.source}.data_ptr() % {alignment} == 0"
     # Inline in the frame's folded check where the source is a plain Python expression
     # (~150 ns less per call than a lambda guard on the tensor).
     record = add_source_expression(ALIGNED, graph_input.source, expr)
     if record is not None:
-        return {"aligned": aligned}, record
+        return {"aligned": record.compiled_result}, record
 
     def is_aligned(t: torch.Tensor) -> bool:
         return t.data_ptr() % alignment == 0
 
-    return {"aligned": aligned}, Guard(graph_input.source, is_aligned, ALIGNED, expr)
+    return {"aligned": is_aligned(value)}, Guard(graph_input.source, is_aligned, ALIGNED, expr)
 
 
 def _int_fact(graph_input: dynamo.GraphInput,

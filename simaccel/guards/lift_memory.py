@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import types
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,20 +32,22 @@ log = logging.getLogger("simaccel")
 FORMAT = 1
 #: keys of the entries this process wrote
 _WRITTEN: set[str] = set()
+#: code object -> (its key, the entry an earlier process left, read once per process)
+_SEEN: weakref.WeakKeyDictionary[types.CodeType, tuple[str, dict[str, str]]] = (
+    weakref.WeakKeyDictionary())
 
 
 def load(code: types.CodeType) -> dict[str, str]:
-    """{source: reason} an earlier process recorded for ``code`` ({} if none or unreadable)."""
-    key = _key(code)
-    if key in _WRITTEN:
-        return {}
-    return _read(_path(key))
+    """{source: reason} an earlier process recorded for ``code`` ({} if none or unreadable).
+    A compile asks more than once (first trace, report): the file is read once."""
+    key, entry = _seen(code)
+    return {} if key in _WRITTEN else dict(entry)
 
 
 def store(code: types.CodeType, reasons: Mapping[str, str]) -> None:
     """Add ``reasons`` to ``code``'s entry (a failed write is logged: it only costs a later
     process the re-traces)."""
-    key = _key(code)
+    key, _ = _seen(code)
     _WRITTEN.add(key)
     path = _path(key)
     merged = {**_read(path), **reasons}
@@ -67,6 +70,14 @@ def _read(path: Path) -> dict[str, str]:
         log.warning("simaccel: ignoring malformed lifting memory %s", path)
         return {}
     return data
+
+
+def _seen(code: types.CodeType) -> tuple[str, dict[str, str]]:
+    found = _SEEN.get(code)
+    if found is None:
+        key = _key(code)
+        found = _SEEN[code] = (key, _read(_path(key)))
+    return found
 
 
 def _key(code: types.CodeType) -> str:

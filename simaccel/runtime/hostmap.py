@@ -25,9 +25,10 @@ def host_mapped_inputs(spec: "ProgramSpec", streamed: list[tuple[int, str]],
 
     ``streamed``: the (argument index, buffer) inputs copied in on every call (not
     resident); ``min_bytes``: ``DeviceConfig.host_map_min_bytes`` (bytes; 0 maps nothing).
-    An input qualifies when it is at least ``min_bytes`` large, C-contiguous on the host
-    and planned for a direct (aligned) DMA, read by exactly one kernel and by no host fallback, written by no step
-    and not itself a graph output (its device copy would be read back after the call)."""
+    An input qualifies when it is at least ``min_bytes`` large, C-contiguous on the host,
+    planned for a direct (aligned) DMA, read by exactly one kernel and by no host fallback,
+    written by no step and not itself a graph output (its device copy would be read back
+    after the call)."""
     if min_bytes <= 0:
         return {}
     readers, untouchable = _kernel_readers(spec)
