@@ -1,7 +1,7 @@
 """Benchmark session setup and the ratio table printed at the end.
 
-* Caches: ``SIMACCEL_CACHE_DIR`` and ``TORCHINDUCTOR_CACHE_DIR`` point at fresh temporary
-  folders unless the caller set them.
+* Caches: ``SIMACCEL_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR`` and ``NUMBA_CACHE_DIR`` point
+  at fresh temporary folders unless the caller set them.
 * ``SIMACCEL_BENCH_QUICK=1``: tiny kernel sizes and compile-time runs for simaccel only;
   with ``--benchmark-disable -k "not inductor"`` the whole suite is a ~1 minute smoke test.
 * ``SIMACCEL_BENCH_THREADS=N``: torch and numba compute threads (default: their own).
@@ -22,7 +22,9 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 def pytest_configure(config: pytest.Config) -> None:
-    for var in ("SIMACCEL_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+    # NUMBA_CACHE_DIR: numba would otherwise cache the kernel helper library's machine code
+    # in the checkout (next to simaccel/codegen/kernel_lib.py); numba reads it at import.
+    for var in ("SIMACCEL_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "NUMBA_CACHE_DIR"):
         os.environ.setdefault(var, tempfile.mkdtemp(prefix=f"simaccel-bench-{var[:8].lower()}-"))
     threads = os.environ.get("SIMACCEL_BENCH_THREADS")
     if threads:

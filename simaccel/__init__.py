@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from simaccel import errors
 from simaccel.guards.added import Guard
+from simaccel.guards.dynamo import register_torch_logs
 from simaccel.report import CompileReport, clear_reports, reports
 from simaccel.runtime.config import DeviceConfig
 from simaccel.runtime.device import Device, configure, get_device
 
 __version__ = "0.1.0"
+
+# The "simaccel" log answers to TORCH_LOGS / torch._logging.set_logs like torch's own.
+register_torch_logs()
 
 __all__ = ["CompileReport", "Device", "DeviceConfig", "Guard", "clear_reports", "configure",
            "errors", "explain", "get_device", "reports"]

@@ -13,16 +13,16 @@ from typing import Any, Callable
 
 import torch
 import torch.fx
-from torch._decomp import core_aten_decompositions, get_decompositions
-from torch._functorch.aot_autograd import aot_module_simplified
-from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from simaccel.codegen.compile import assemble
-from simaccel.compiled import CompiledGraph, scalar_outputs
 from simaccel.codegen.graph import GraphLowering
-from simaccel.device_plan import DevicePlan, plan_for_graph, plan_from_guarded_facts
+from simaccel.compiled import CompiledGraph, graph_outputs
 from simaccel.guards import prepare_frame
-from simaccel.guards.dynamo import runtime_wrapper_needed
+from simaccel.guards.dynamo import (aot_module_simplified, core_aten_decomposition_table,
+                                    decompositions_for, errors_reach_user,
+                                    runtime_wrapper_needed, unset_fake_temporarily)
+from simaccel.input_plan import (InputFacts, backward_input_facts, bank_dtypes,
+                                 forward_input_facts, frame_input_facts, plan_inputs)
 from simaccel.options import Options, parse_options
 from simaccel.report import CompileReport, add_report
 from simaccel.runtime.device import get_device
@@ -52,58 +52,32 @@ _EXTRA_DECOMPS = [
 def decompositions() -> dict[Any, Callable[..., Any]]:
     """The decomposition table AOTAutograd applies (built once; a few ms, as AOTAutograd
     has already loaded torch's decompositions)."""
-    table = dict(_core_aten_table())
-    table.update(get_decompositions(_EXTRA_DECOMPS))
+    table = dict(core_aten_decomposition_table())
+    table.update(decompositions_for(_EXTRA_DECOMPS))
     for op in (aten.var_mean.correction, aten.std.correction):
         table.pop(op, None)  # lowered directly (two-pass, float64 accumulation)
     return table
 
 
-def _core_aten_table() -> dict[Any, Callable[..., Any]]:
-    """The ATen part of ``core_aten_decompositions()``. That table also lists every
-    CompositeImplicitAutograd op (for torch.export), and finding them walks all of ATen
-    (~50 ms of a warm compile); AOTAutograd decomposes those ops by dispatch anyway."""
-    try:
-        from torch._decomp import _core_aten_decompositions_post_autograd
-    except ImportError:  # pragma: no cover - other torch versions
-        return dict(core_aten_decompositions())
-    return _core_aten_decompositions_post_autograd()
-
-
 _GRAPH_IDS = itertools.count()
 
 
-def _c_contiguous(value: Any) -> bool:
-    """True for a tensor laid out in C order with static sizes and strides (strides of
-    size-1 dims do not count, as for numpy's flag); Dynamo's tensor guard pins them."""
-    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
-        return False
-    if not all(type(v) is int for v in (*value.shape, *value.stride())):
-        return False  # symbolic: not known for every call (and asking would add a guard)
-    return value.is_contiguous()
-
-
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: Options,
-                  kind: str, guard_report: Any = None,
-                  device_plan: DevicePlan | None = None) -> CompiledGraph:
-    """Lower, compile and load one ATen graph onto the device. ``plan``: the frame's
-    alignment, slot-width and parameter facts, indexed by this graph's inputs
-    (forward only)."""
+                  kind: str, facts: list[InputFacts], guard_report: Any = None
+                  ) -> CompiledGraph:
+    """Lower, compile and load one ATen graph onto the device. ``facts``: what compile
+    time knows of each input (:mod:`simaccel.input_plan`), by position."""
     start = time.perf_counter()
     device = get_device()
+    config = device.config
     name = f"graph{next(_GRAPH_IDS)}_{kind}"
     # AOTAutograd calls us under its FakeTensorMode; graph constants are real tensors.
     with unset_fake_temporarily():
-        scalar_dtypes = device_plan.int_dtypes if device_plan is not None else {}
-        lowered = GraphLowering(gm, options.fallback, scalar_dtypes).run(list(example_inputs))
-        result = assemble(lowered, device, name)
-    if device_plan is not None:
-        result.spec.aligned_inputs = dict(device_plan.aligned)
-    result.spec.contiguous_inputs = frozenset(
-        i for i, _ in result.spec.tensor_inputs if _c_contiguous(example_inputs[i]))
+        lowered = GraphLowering(gm, options.fallback, bank_dtypes(facts)).run(list(example_inputs))
+        inputs = plan_inputs(lowered, facts, example_inputs, config.alignment,
+                             config.host_map_min_bytes)
+        result = assemble(lowered, inputs, device, name)
     program = Program(device, result.spec)
-    if device_plan is not None:
-        program.set_resident_inputs(device_plan.resident)
     device.count("graphs_compiled")
     plan = program.plan
     report = CompileReport(
@@ -117,24 +91,29 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
                      for index, buf in sorted(program.host_mapped.items())])
     add_report(report)
     log.debug("%s", report)
-    return CompiledGraph(program, lowered.output_meta, scalar_outputs(gm),
-                         resident=device_plan.resident if device_plan is not None else None,
-                         report=report)
+    return CompiledGraph(program, lowered.output_meta, graph_outputs(gm), report=report)
 
 
+@errors_reach_user
 def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
                      options: dict[str, Any] | None = None) -> Callable[..., Any]:
-    """The torch.compile backend (a Dynamo ``CompilerFn``)."""
+    """The torch.compile backend (a Dynamo ``CompilerFn``); its SimAccelErrors reach the
+    user unwrapped (:mod:`simaccel.guards.dynamo.errors`)."""
     opts = parse_options(options)
     guard_report = _prepare_guards(gm, example_inputs, opts)
-    frame_plan = plan_from_guarded_facts(guard_report.device_plan, example_inputs)
+    frame_facts = frame_input_facts(guard_report.device_plan, len(example_inputs))
+    #: the forward graph and its input facts, for the backward graph AOTAutograd compiles next
+    forward_seen: list[tuple[torch.fx.GraphModule, list[InputFacts]]] = []
 
     def fw_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
-        plan = plan_for_graph(frame_plan, gm, graph, len(example_inputs))
-        return compile_graph(graph, inputs, opts, "forward", guard_report, plan)
+        facts = forward_input_facts(frame_facts, gm, graph)
+        forward_seen.append((graph, facts))
+        return compile_graph(graph, inputs, opts, "forward", facts, guard_report)
 
     def bw_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
-        return compile_graph(graph, inputs, opts, "backward", guard_report)
+        forward, fw_facts = forward_seen[-1]
+        facts = backward_input_facts(fw_facts, forward, graph, get_device().config.alignment)
+        return compile_graph(graph, inputs, opts, "backward", facts, guard_report)
 
     inference: list[tuple[CompiledGraph, str | None]] = []
     autocast = any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
@@ -170,5 +149,6 @@ def _call_path(forward: Callable[..., Any],
 def _prepare_guards(gm: torch.fx.GraphModule, example_inputs: list[Any], opts: Options) -> Any:
     """Scalar lifting and backend guards (see :mod:`simaccel.guards`). On a frame's first
     trace this raises Dynamo's restart exception: Dynamo re-traces the frame at once.
-    The report's ``device_plan`` holds the per-input facts the device guards pin."""
+    The report's ``device_plan`` holds the per-input facts the device guards pin
+    (:func:`simaccel.input_plan.frame_input_facts` reads them)."""
     return prepare_frame(gm, example_inputs, opts, device=get_device())

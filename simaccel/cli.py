@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from typing import Sequence
+
+#: where ``simaccel demo`` writes its Chrome trace by default (in the current directory).
+DEMO_TRACE_FILE = "simaccel_demo_trace.json"
 
 
 def _writable_path(path: str) -> str:
@@ -20,11 +24,25 @@ def _writable_path(path: str) -> str:
     return path
 
 
+_RST_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
+_RST_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def plain_text(text: str) -> str:
+    """``text`` without reST markup: ``simaccel`` and :func:`run` become simaccel and run
+    (help text is taken from docstrings, but a terminal shows it as it is)."""
+    return _RST_LITERAL.sub(r"\1", _RST_ROLE.sub(r"\1", text))
+
+
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line (no usage block) and exit status 2."""
+    """An ArgumentParser whose errors are one line (no usage block) and exit status 2,
+    and whose help has no reST markup."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def format_help(self) -> str:
+        return plain_text(super().format_help())
 
 
 def _backend_list(text: str) -> list[str]:
@@ -67,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="generate tokens with a small transformer LM whose "
                           "sampling temperature and logit scale change every step")
-    demo.add_argument("--steps", type=int, default=12, help="tokens to generate (default 12)")
-    demo.add_argument("--trace", type=_writable_path, default="simaccel_demo_trace.json",
+    demo.add_argument("--steps", type=_positive_int, default=12, metavar="N",
+                      help="tokens to generate (default %(default)s)")
+    demo.add_argument("--trace", type=_writable_path, default=DEMO_TRACE_FILE, metavar="PATH",
                       help="Chrome trace of the simulated device (default %(default)s)")
     _add_bench_parser(sub)
     return parser

@@ -7,9 +7,10 @@ import numpy as np
 import torch
 import torch.fx
 
-from simaccel.codegen.compile import STORAGE_DTYPES
+from simaccel.codegen.dtypes import (BANK_TORCH_DTYPES, NUMPY_TORCH_DTYPES, PLAIN_TORCH_DTYPES,
+                                     byte_view)
 from simaccel.codegen.ir import contiguous_strides
-from simaccel.device_plan import is_device_resident
+from simaccel.guards import dynamo
 from simaccel.runtime.program import Program
 
 
@@ -19,32 +20,32 @@ class CompiledGraph:
 
     _boxed_call = True
 
-    def __init__(self, program: Program, output_meta: list[Any], scalar_outputs: dict[int, Any],
-                 resident: set[int] | None = None, report: Any = None):
+    def __init__(self, program: Program, output_meta: list[Any], host_outputs: dict[int, Any],
+                 report: Any = None):
         self.program = program
         self.output_meta = output_meta
-        #: (shape, stride, dtype) of each tensor output, None for Python values
-        self._out_specs = [_output_spec(m) for m in output_meta]
-        self.scalar_outputs = scalar_outputs
-        #: argument indices kept resident (parameters); None: detect at the first call
-        self.resident: set[int] | None = resident
+        #: outputs the program does not compute: Python values, and graph inputs returned
+        #: as they are (an ``(args) -> value`` callable)
+        self.host_outputs = host_outputs
+        #: (shape, stride, dtype) of each tensor output the program writes, else None
+        self._out_specs = [None if k in host_outputs else _output_spec(m)
+                           for k, m in enumerate(output_meta)]
+        #: argument indices kept resident (parameters, static-address tensors): decided at
+        #: compile time, in the program's input plans
+        self.resident = sorted(program.resident_inputs)
         #: the graph's CompileReport (None for graphs compiled outside the backend)
         self.report = report
         #: argument indices fed to the constant bank (lifted scalars, 0-d inputs)
-        self._scalar_indices = frozenset(i for i, _ in program.spec.scalar_inputs)
+        self._scalar_indices = frozenset(program.bank_inputs)
 
     def __call__(self, args: list[Any]) -> list[Any]:
-        if self.resident is None:
-            # Parameters, buffers and static-address inputs stay on the device.
-            self.resident = {i for i, a in enumerate(args) if is_device_resident(a)}
-            self.program.set_resident_inputs(self.resident)
         keys = {i: _content_key(args[i]) for i in self.resident} if self.resident else None
         host_args, data_ptrs = _host_arrays(args, self._scalar_indices)
         outputs = [None if spec is None else torch.empty_strided(spec[0], spec[1], dtype=spec[2])
                    for spec in self._out_specs]
         self.program.run(host_args, [None if o is None else _numpy_view(o) for o in outputs],
                          keys, data_ptrs)
-        for index, value in self.scalar_outputs.items():
+        for index, value in self.host_outputs.items():
             outputs[index] = value(args) if callable(value) else value
         args.clear()
         return outputs
@@ -74,10 +75,10 @@ def _host_arrays(args: list[Any], scalar_indices: frozenset[int] = frozenset()
     data_ptrs = []
     for i, a in enumerate(args):
         if i in scalar_indices and type(a) is torch.Tensor and a.dim() == 0 \
-                and a.dtype in _BANK_DTYPES:
+                and a.dtype in BANK_TORCH_DTYPES:
             host_args.append(a.item())
             data_ptrs.append(0)
-        elif type(a) is torch.Tensor and not a.requires_grad and a.dtype in _PLAIN_DTYPES:
+        elif type(a) is torch.Tensor and not a.requires_grad and a.dtype in PLAIN_TORCH_DTYPES:
             host_args.append(a.numpy())
             data_ptrs.append(a.data_ptr())
         else:
@@ -89,28 +90,15 @@ def _host_arrays(args: list[Any], scalar_indices: frozenset[int] = frozenset()
 def _host_array(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         t = value.detach()
-        if t.dtype in _NUMPY_DTYPES and t.device.type == "cpu" and not (t.is_conj() or t.is_neg()):
+        if t.dtype in NUMPY_TORCH_DTYPES and t.device.type == "cpu" \
+                and not (t.is_conj() or t.is_neg()):
             return t.numpy()  # the common case, kept short: this runs for every input
         if t.device.type != "cpu":
             raise TypeError(f"simaccel takes CPU tensors as host inputs, got {t.device}")
         if t.is_conj() or t.is_neg():
             t = t.resolve_conj().resolve_neg()
-        if str(t.dtype).replace("torch.", "") in STORAGE_DTYPES:
-            t = t.view(torch.int16)
-        return t.numpy()
+        return byte_view(t).numpy()
     return value
-
-
-_NUMPY_DTYPES = {torch.float32, torch.float64, torch.int32, torch.int64, torch.bool,
-                 torch.int8, torch.uint8, torch.int16, torch.float16, torch.complex64,
-                 torch.complex128}
-
-
-#: dtypes of 0-d inputs passed to the constant bank as Python numbers (``item()`` is exact)
-_BANK_DTYPES = {torch.float64, torch.float32, torch.int64, torch.int32, torch.bool}
-
-#: dtypes whose plain (non-conjugate, non-negative-view) tensors ``.numpy()`` always takes
-_PLAIN_DTYPES = _NUMPY_DTYPES - {torch.complex64, torch.complex128}
 
 
 def _output_spec(meta: Any) -> tuple | None:
@@ -140,26 +128,25 @@ def _dense_strides(shape: list[int], stride: list[int]) -> bool:
 
 
 def _numpy_view(t: torch.Tensor) -> np.ndarray:
-    if t.dtype in _NUMPY_DTYPES:
-        return t.numpy()
-    if str(t.dtype).replace("torch.", "") in STORAGE_DTYPES:
-        return t.view(torch.int16).numpy()
-    return t.numpy()
+    return t.numpy() if t.dtype in NUMPY_TORCH_DTYPES else byte_view(t).numpy()
 
 
-def scalar_outputs(gm: torch.fx.GraphModule) -> dict[int, Any]:
-    """Outputs that are Python values (ints, SymInts, None), not tensors."""
+def graph_outputs(gm: torch.fx.GraphModule) -> dict[int, Any]:
+    """The outputs the device program does not compute, by output position: Python
+    values (ints, SymInts, None), and graph inputs the graph returns as they are (a saved
+    parameter of a training graph: returned without a copy, as eager returns it, so the
+    backward graph gets the parameter itself and keeps it resident)."""
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     flat = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     result: dict[int, Any] = {}
     for index, node in enumerate(flat):
         meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else node
-        if isinstance(meta, torch.Tensor):
-            continue
         if isinstance(node, torch.fx.Node) and node in placeholders:
             pos = placeholders.index(node)
             result[index] = lambda args, pos=pos: args[pos]
+        elif isinstance(meta, torch.Tensor):
+            continue  # computed by the program
         elif isinstance(meta, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             result[index] = _concrete(meta)
         else:
@@ -168,7 +155,5 @@ def scalar_outputs(gm: torch.fx.GraphModule) -> dict[int, Any]:
 
 
 def _concrete(value: Any) -> Any:
-    node = getattr(value, "node", None)
-    if node is not None and hasattr(node, "hint") and node.hint is not None:
-        return node.hint
-    return value
+    hint = dynamo.size_hint(value)
+    return value if hint is None else hint

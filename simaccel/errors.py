@@ -49,3 +49,11 @@ class KernelCompileError(SimAccelError):
 
 class GuardCheckError(SimAccelError):
     """A backend-added guard's check raised while Dynamo evaluated the frame's guards."""
+
+
+class CacheDirectoryError(SimAccelError):
+    """The cache directory (``SIMACCEL_CACHE_DIR``) is not private to the user.
+
+    It holds code that simaccel executes, so a directory another user owns or can write to
+    is refused rather than trusted.
+    """

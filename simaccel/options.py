@@ -1,29 +1,42 @@
-"""Parsing of ``torch.compile(..., backend="simaccel", options={...})``."""
+"""Parsing of ``torch.compile(..., backend="simaccel", options={...})``.
+
+This is the one place where option values are validated: the layers below take the
+:class:`Options` it returns as they are (:class:`~simaccel.guards.policy.LiftPolicy` builds
+its patterns from ``lift``/``keep`` without checking their form again).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
 from simaccel.errors import InvalidOptionError
+from simaccel.guards.policy import SourcePattern
 
 VALID_OPTIONS = ("lift", "keep", "fallback", "guards")
 FALLBACK_MODES = ("host", "error")
+#: the special ``lift`` strings; any other string is one source pattern.
+LIFT_MODES = ("auto", "off")
 
 
 @dataclass(frozen=True)
 class Options:
-    """Backend options. ``lift``: "auto", "off" or a tuple of source patterns;
+    """Backend options, validated. ``lift``: "auto", "off" or a tuple of source patterns;
     ``keep``: patterns never lifted; ``fallback``: "host" or "error"; ``guards``:
     extra :class:`simaccel.Guard` objects."""
 
-    lift: Any = "auto"
+    lift: str | tuple[str, ...] = "auto"
     keep: tuple[str, ...] = ()
     fallback: str = "host"
     guards: tuple[Any, ...] = field(default_factory=tuple)
 
 
 def parse_options(options: dict[str, Any] | None) -> Options:
-    """Validate ``options``; unknown names or bad values raise :class:`InvalidOptionError`."""
+    """Validate ``options``; unknown names or bad values raise :class:`InvalidOptionError`.
+
+    ``lift`` and ``keep`` take one source pattern (``"G['TEMPERATURE']"``) or a list or
+    tuple of them; every pattern is checked here, so a typo fails at the first compile
+    whether or not the frame has anything to lift.
+    """
     options = dict(options or {})
     unknown = sorted(set(options) - set(VALID_OPTIONS))
     if unknown:
@@ -34,16 +47,34 @@ def parse_options(options: dict[str, Any] | None) -> Options:
         raise InvalidOptionError(
             f"option 'fallback' must be one of {list(FALLBACK_MODES)}, got {fallback!r}")
     lift = options.get("lift", "auto")
-    if isinstance(lift, (list, tuple)):
-        lift = tuple(lift)
-    elif lift not in ("auto", "off"):
-        raise InvalidOptionError(
-            f"option 'lift' must be 'auto', 'off' or a list of source patterns such as "
-            f"\"L['alpha']\", got {lift!r}")
-    keep = options.get("keep", ())
-    if isinstance(keep, str) or not isinstance(keep, (list, tuple)):
-        raise InvalidOptionError(f"option 'keep' must be a list of source patterns, got {keep!r}")
+    if not (isinstance(lift, str) and lift in LIFT_MODES):
+        lift = _patterns(lift, "lift")
     guards = options.get("guards", ())
     if not isinstance(guards, (list, tuple)):
         raise InvalidOptionError(f"option 'guards' must be a list of simaccel.Guard, got {guards!r}")
-    return Options(lift=lift, keep=tuple(keep), fallback=fallback, guards=tuple(guards))
+    return Options(lift=lift, keep=_patterns(options.get("keep", ()), "keep"),
+                   fallback=fallback, guards=tuple(guards))
+
+
+def _patterns(value: object, option: str) -> tuple[str, ...]:
+    """One pattern string or a list/tuple of them -> the tuple of stripped patterns."""
+    modes = "'auto', 'off', " if option == "lift" else ""
+    if isinstance(value, str):
+        value = (value,)
+    elif not isinstance(value, (list, tuple)):
+        raise InvalidOptionError(
+            f"option {option!r} must be {modes}a source pattern such as \"G['GAIN']\" or a "
+            f"list of them, got {value!r}")
+    patterns = []
+    for text in value:
+        try:
+            patterns.append(SourcePattern.parse(text, option).text)
+        except InvalidOptionError as err:
+            if option == "lift" and isinstance(text, str) and text.strip().lower() in LIFT_MODES:
+                raise InvalidOptionError(
+                    f"option 'lift': {text!r} is not a source pattern; the modes are written "
+                    f"lift='auto' or lift='off' (one lower-case string, not in a list)") from err
+            if option == "lift" and len(value) == 1:
+                raise InvalidOptionError(f"{err}; option 'lift' also takes 'auto' or 'off'") from err
+            raise
+    return tuple(patterns)

@@ -1,7 +1,11 @@
 """Fixtures and helpers shared by the whole test suite.
 
-* A session-wide private kernel cache (``SIMACCEL_CACHE_DIR``), so tests never read or
-  write the user's cache and a run always starts cold.
+* Private caches for the session, outside the checkout: ``SIMACCEL_CACHE_DIR`` (kernel
+  cache), ``NUMBA_CACHE_DIR`` (numba's machine code, also of the kernel helper library
+  next to ``simaccel/codegen/kernel_lib.py``) and Hypothesis' directory point into one
+  fresh temporary folder, so tests never read or write the user's caches or files in the
+  checkout, and a run always starts cold, as on a fresh install. Child processes the
+  tests start inherit the two variables.
 * :func:`check`: compile a function with ``backend="simaccel"``, run it, and assert it
   equals eager and really ran on the device (``check_model`` in Inductor's tests).
 """
@@ -9,16 +13,41 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import sys
-from collections.abc import Callable, Iterator
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis.configuration import set_hypothesis_home_dir
 
 _ROOT = str(pathlib.Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
+
+
+def _private_caches() -> pathlib.Path:
+    """Point the caches at a new temporary folder. Runs at import of this conftest, before
+    anything imports numba (which reads ``NUMBA_CACHE_DIR`` once, at import) or compiles
+    a kernel (the kernel cache reads ``SIMACCEL_CACHE_DIR`` at its first compile).
+    Hypothesis' example database and caches go there too, not to ``./.hypothesis``."""
+    root = pathlib.Path(tempfile.mkdtemp(prefix="simaccel-tests-"))
+    os.environ["SIMACCEL_CACHE_DIR"] = str(root / "kernels")
+    os.environ["NUMBA_CACHE_DIR"] = str(root / "numba")
+    if "numba" in sys.modules:  # imported by a plugin first: make it read the variable
+        sys.modules["numba"].config.reload_config()
+    set_hypothesis_home_dir(root / "hypothesis")
+    return root
+
+
+_CACHE_ROOT = _private_caches()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_CACHE_ROOT, ignore_errors=True)
+
 
 import torch  # noqa: E402
 import torch._dynamo  # noqa: E402
@@ -34,33 +63,10 @@ POINTWISE_TOL = {"rtol": 1e-5, "atol": 1e-6}
 REDUCTION_TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
-def _purge_helper_machine_code() -> None:
-    """Forget numba's cached machine code of the kernel helper library, so every session
-    compiles the helpers as a fresh install (CI) does. A stale cache once hid a bug that
-    only a first compile showed."""
-    pycache = pathlib.Path(_ROOT) / "simaccel" / "codegen" / "__pycache__"
-    for entry in list(pycache.glob("kernel_lib.*.nb[ic]")):
-        entry.unlink(missing_ok=True)
-
-
-_purge_helper_machine_code()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def kernel_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pathlib.Path]:
-    """One private, initially empty kernel cache for the whole session.
-
-    The process-wide kernel cache resolves ``SIMACCEL_CACHE_DIR`` at its first
-    compile, which happens after this fixture (nothing compiles at import time).
-    """
-    path = tmp_path_factory.mktemp("simaccel-kernels")
-    previous = os.environ.get("SIMACCEL_CACHE_DIR")
-    os.environ["SIMACCEL_CACHE_DIR"] = str(path)
-    yield path
-    if previous is None:
-        os.environ.pop("SIMACCEL_CACHE_DIR", None)
-    else:
-        os.environ["SIMACCEL_CACHE_DIR"] = previous
+@pytest.fixture(scope="session")
+def kernel_cache_dir() -> pathlib.Path:
+    """The session's private kernel cache (``SIMACCEL_CACHE_DIR``), initially empty."""
+    return _CACHE_ROOT / "kernels"
 
 
 @dataclass

@@ -3,7 +3,7 @@
 * :mod:`simaccel.bench.workloads`: the programs (scalar scenarios, kernels, MLP);
 * :mod:`simaccel.bench.measure`: compiling per backend, timing, Dynamo's limits;
 * :mod:`simaccel.bench.scenarios`: one measurement = one :class:`Record`;
-* :mod:`simaccel.bench.runner`: :func:`run_bench`, all scenarios x backends in one run;
+* :mod:`simaccel.bench.runner`: ``run_bench``, all scenarios x backends in one run;
 * :mod:`simaccel.bench.report`: ratios to same-run baselines, table, targets, JSON;
 * :mod:`simaccel.bench.plot`: the PNG (matplotlib, optional);
 * :mod:`simaccel.bench.command`: ``simaccel bench``.
@@ -12,20 +12,8 @@ Importing this package does not import torch (the CLI validates arguments first)
 """
 from __future__ import annotations
 
-from typing import Any
-
 #: backends compared side by side in one run; "eager" is plain PyTorch without Dynamo,
 #: "dynamo_eager" is Dynamo with its own ``eager`` backend.
 BACKENDS = ("eager", "dynamo_eager", "aot_eager", "inductor", "simaccel")
 
-__all__ = ["BACKENDS", "BenchConfig", "BenchResult", "Record", "run_bench"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in ("BenchResult", "run_bench"):
-        from simaccel.bench import runner
-        return getattr(runner, name)
-    if name in ("BenchConfig", "Record"):
-        from simaccel.bench import scenarios
-        return getattr(scenarios, name)
-    raise AttributeError(f"module 'simaccel.bench' has no attribute {name!r}")
+__all__ = ["BACKENDS"]

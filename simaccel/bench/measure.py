@@ -15,7 +15,6 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-from simaccel.bench import BACKENDS  # noqa: F401  (re-exported)
 
 #: Dynamo's recompile limits while benchmarking: backends that recompile per value must
 #: keep recompiling (at the default of 8, Dynamo falls back to running eager).

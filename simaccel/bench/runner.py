@@ -17,8 +17,8 @@ from typing import Any, TextIO
 
 import torch
 
+from simaccel.bench import BACKENDS
 from simaccel.bench import scenarios as sc
-from simaccel.bench.measure import BACKENDS
 from simaccel.bench.workloads import KERNEL_WORKLOADS, SCALAR_SCENARIOS
 
 #: the scenario groups, in the order they run.
@@ -218,7 +218,9 @@ def run_bench(backends: Sequence[str] | None = None, quick: bool = False,
 
 
 def _load_avg() -> float | None:
+    """The 1-minute load average, rounded to 2 decimals (the kernel keeps ~3); ``None``
+    where the platform has none."""
     try:
-        return os.getloadavg()[0]
+        return round(os.getloadavg()[0], 2)
     except OSError:
         return None

@@ -194,7 +194,7 @@ def prepare_kernel(name: str, backend: str, quick: bool) -> tuple[Callable, tupl
     compiled = measure.compile_for(fn, backend, dynamic=False)
     with torch.no_grad():
         expected, actual = fn(*args), compiled(*args)
-    rtol, atol = workload.tol
+    rtol, atol = workload.tol_for(backend)
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
     return compiled, args
 

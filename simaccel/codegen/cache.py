@@ -10,8 +10,9 @@ all, else it imports the same module and numba loads the compiled code from disk
 Signatures are tuples of numba type names (``"array(float32, 1d, C)"``, ``"int64"``) so
 that a warm process needs no numba to look a kernel up; numba types are accepted too.
 
-The cache holds code that gets executed, so: the directory is created private to
-the user (mode 0700) and refused if another user owns it; a module is imported only
+The cache holds code that gets executed, so: the directory and numba's ``__pycache__`` in
+it are created private to the user (mode 0700) and refused if another user owns them or
+can write to them (:mod:`simaccel.cachedir`); a module is imported only
 when its content hashes to its name, a native object only when its header's hash
 matches its code; a missing, truncated or tampered entry is rewritten and recompiled,
 never trusted and never a crash.
@@ -24,42 +25,19 @@ import importlib.metadata
 import importlib.util
 import logging
 import os
-import stat
 import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from simaccel.cachedir import default_cache_dir, ensure_private_dir, write_atomic
 from simaccel.codegen import native
-from simaccel.errors import KernelCompileError, SimAccelError
+from simaccel.errors import KernelCompileError
 
 log = logging.getLogger("simaccel.codegen")
 
 _HASH_CHARS = 24
-
-
-def default_cache_dir() -> Path:
-    """``$SIMACCEL_CACHE_DIR``, else ``$XDG_CACHE_HOME/simaccel/kernels`` (``~/.cache``)."""
-    env = os.environ.get("SIMACCEL_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "simaccel" / "kernels"
-
-
-def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` with mode 0700, or check an existing one is ours and private."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.stat()
-    if info.st_uid != os.getuid():
-        raise SimAccelError(
-            f"kernel cache directory {path} belongs to uid {info.st_uid}, not to you "
-            f"(uid {os.getuid()}); set SIMACCEL_CACHE_DIR to a directory you own.")
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        # Others could plant code there: tighten it rather than trust it.
-        os.chmod(path, 0o700)
-    return path
 
 
 @dataclass
@@ -84,9 +62,13 @@ class KernelCache:
 
     @property
     def root(self) -> Path:
+        """The cache directory, checked private on every use; numba's and Python's
+        ``__pycache__`` in it is made private before either would create it (0755)."""
         if self._root is None:
             self._root = default_cache_dir()
-        return ensure_private_dir(self._root)
+        root = ensure_private_dir(self._root)
+        ensure_private_dir(root / "__pycache__")
+        return root
 
     def load(self, source: str, signature: tuple) -> LoadedKernel:
         """Compile ``source``'s ``kernel`` function for ``signature`` (numba type names
@@ -191,10 +173,12 @@ class KernelCache:
         return dispatcher, ("disk" if hits else "compiled")
 
     def _purge_numba_cache(self, path: Path) -> None:
-        pycache = path.parent / "__pycache__"
+        """Remove everything compiled from the kernel module ``path``: its native objects
+        and numba's cache entries (named after the module; rare, so a directory walk of
+        ``NUMBA_CACHE_DIR`` is fine)."""
         entries = list(path.parent.glob(f"{path.stem}.*.native"))
-        if pycache.is_dir():
-            entries += pycache.glob(f"{path.stem}.*")
+        for directory in numba_cache_dirs(path):
+            entries += directory.rglob(f"{path.stem}.*")
         for entry in entries:
             try:
                 entry.unlink()
@@ -202,13 +186,13 @@ class KernelCache:
                 pass
 
 
-def write_atomic(path: Path, content: bytes) -> None:
-    """Write ``path`` (mode 0600) so that a concurrent reader never sees a partial file."""
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}.{threading.get_ident()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(content)
-    os.replace(tmp, path)
+def numba_cache_dirs(path: Path) -> list[Path]:
+    """Where numba caches the machine code of the kernel module ``path``: beside it in
+    ``__pycache__``, or under ``NUMBA_CACHE_DIR`` when that is set."""
+    dirs = [path.parent / "__pycache__"]
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        dirs.append(Path(os.environ["NUMBA_CACHE_DIR"]))
+    return [d for d in dirs if d.is_dir()]
 
 
 def _jit_disabled() -> bool:

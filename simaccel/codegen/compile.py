@@ -8,7 +8,7 @@ The passes, in order (each a named function, as in numba's pipelines):
 3. ``jit``        source -> machine code via the on-disk cache (:mod:`cache`): numba
                   compiles on a miss; a hit loads a native object without numba.
                   Library kernels (GEMM) need no code: they become launches as they are.
-4. ``assemble``   steps + buffers -> ProgramSpec        (this module)
+4. ``assemble``   steps + buffers + input plans -> a frozen ProgramSpec (this module)
 """
 from __future__ import annotations
 
@@ -23,29 +23,22 @@ import numpy as np
 import torch
 
 from simaccel.codegen.cache import KernelCache
+from simaccel.codegen.dtypes import STORAGE_DTYPES, byte_view, storage_dtype
 from simaccel.codegen.emit import emit_extern, emit_pointwise, emit_reduction
-from simaccel.codegen.fusion import step_buffers
-from simaccel.codegen.graph import HostOp, LoweredGraph
-from simaccel.codegen.ir import ExternKernel, PointwiseKernel, ReductionKernel
-from simaccel.codegen.library import LibraryKernel
+from simaccel.codegen.graph import LoweredGraph
+from simaccel.codegen.hostop import HostOp
+from simaccel.codegen.ir import ExternKernel, LibraryKernel, PointwiseKernel, ReductionKernel
 from simaccel.codegen.values import Realized
-from simaccel.runtime.program import (BufferDecl, HostStep, LaunchStep, OutputDecl,
-                                      ProgramSpec)
+from simaccel.runtime.spec import (BufferDecl, HostStep, InputPlan, LaunchStep, OutputDecl,
+                                   ProgramSpec)
 
 log = logging.getLogger("simaccel.codegen")
-
-#: storage dtype of tensors numpy has no dtype for (moved as raw bytes).
-STORAGE_DTYPES = {"bfloat16": "int16"}
 
 _CACHE = KernelCache()
 
 
 def kernel_cache() -> KernelCache:
     return _CACHE
-
-
-def storage_dtype(dtype: str) -> str:
-    return STORAGE_DTYPES.get(dtype, dtype)
 
 
 @dataclass
@@ -104,19 +97,17 @@ def _cost(kernel: Any, lowered: LoweredGraph) -> tuple[float, float]:
 
 def library_step(kernel: LibraryKernel, lowered: LoweredGraph) -> tuple[LaunchStep, KernelInfo]:
     """A library call (no code generated): launched on device buffers like any kernel."""
-    flops, nbytes = _cost(kernel, lowered)
-    step = LaunchStep(kernel.name, kernel.fn, list(kernel.buffers), list(kernel.params),
-                      flops, nbytes, _writes(kernel))
+    step = _launch_step(kernel, kernel.fn, kernel.buffers, kernel.params, lowered)
     return step, KernelInfo(kernel.name, "library", "library", kernel.fn.__qualname__, 0.0)
 
 
-def _writes(kernel: Any) -> list[str] | None:
-    """The buffers a kernel stores to: exact for pointwise and reduction kernels (their
-    outputs) and for templates and library calls that declare them, every buffer of the
-    others; None if unknown. The runtime reads an input in place (host-mapped) only if no
-    kernel may write it."""
-    known = step_buffers(kernel)
-    return sorted(known[1]) if known is not None else None
+def _launch_step(kernel: Any, fn: Any, buffers: list[str], params: list[Any],
+                 lowered: LoweredGraph) -> LaunchStep:
+    """The runtime step of ``kernel``: ``fn`` on ``buffers`` and ``params``, with the
+    buffers the kernel declares it reads and writes."""
+    flops, nbytes = _cost(kernel, lowered)
+    return LaunchStep(kernel.name, fn, tuple(buffers), tuple(params), flops, nbytes,
+                      kernel.reads, kernel.writes)
 
 
 def jit_kernel(kernel: Any, lowered: LoweredGraph, device: Any) -> tuple[LaunchStep, KernelInfo]:
@@ -132,16 +123,15 @@ def jit_kernel(kernel: Any, lowered: LoweredGraph, device: Any) -> tuple[LaunchS
     if os.environ.get("SIMACCEL_DEBUG") == "1":
         log.info("kernel %s (%s, %.1f ms): %s\n%s", kernel.name, loaded.origin, elapsed,
                  loaded.path, source)
-    flops, nbytes = _cost(kernel, lowered)
-    step = LaunchStep(kernel.name, loaded.fn, buffers, params, flops, nbytes, _writes(kernel))
+    step = _launch_step(kernel, loaded.fn, buffers, params, lowered)
     kind = type(kernel).__name__.replace("Kernel", "").lower()
     return step, KernelInfo(kernel.name, kind, loaded.origin, str(loaded.path), elapsed)
 
 
 def host_step(op: HostOp) -> HostStep:
     """Wrap a fallback op: rebuild torch tensors over the host copies, run, write back."""
-    reads = sorted(op.reads())
-    writes = op.writes()
+    reads = tuple(sorted(op.reads))
+    writes = tuple(o.layout.buffer for o in op.outputs if o is not None)
 
     def run(host: dict[str, np.ndarray]) -> None:
         args = _to_torch(op.args, host)
@@ -157,7 +147,7 @@ def host_step(op: HostOp) -> HostStep:
 def _tensor_over(array: np.ndarray, value: Realized) -> torch.Tensor:
     """A torch tensor aliasing ``array`` with ``value``'s layout and dtype."""
     base = torch.from_numpy(array)
-    if value.dtype in STORAGE_DTYPES:
+    if value.dtype in STORAGE_DTYPES:  # raw bytes of a dtype numpy lacks
         base = base.view(getattr(torch, value.dtype))
     lay = value.layout
     return base.as_strided(lay.shape, lay.strides, lay.offset)
@@ -173,8 +163,10 @@ def _to_torch(obj: Any, host: dict[str, np.ndarray]) -> Any:
     return obj
 
 
-def assemble(lowered: LoweredGraph, device: Any, name: str) -> CompileResult:
-    """Compile every step of ``lowered`` and build the program spec."""
+def assemble(lowered: LoweredGraph, inputs: tuple[InputPlan, ...], device: Any, name: str
+             ) -> CompileResult:
+    """Compile every step of ``lowered`` and build the frozen program spec; ``inputs``:
+    the graph's input plans (:func:`simaccel.input_plan.plan_inputs`)."""
     steps: list[LaunchStep | HostStep] = []
     infos: list[KernelInfo] = []
     for item in lowered.steps:
@@ -189,18 +181,14 @@ def assemble(lowered: LoweredGraph, device: Any, name: str) -> CompileResult:
         infos.append(info)
     buffers = {n: BufferDecl(n, storage_dtype(b.dtype), b.numel, b.kind)
                for n, b in lowered.buffers.items()}
-    tensor_inputs = [(i.index, i.buffer) for i in lowered.inputs if not i.scalar and i.index >= 0]
-    scalar_inputs = [(i.index, i.buffer) for i in lowered.inputs if i.scalar]
     constants = {n: _host_array(t) for n, t in lowered.constants.items()}
-    outputs = [OutputDecl(o.layout.buffer, o.shape, o.layout.strides, o.layout.offset,
-                          storage_dtype(o.dtype)) if isinstance(o, Realized) else None
-               for o in lowered.outputs]
-    spec = ProgramSpec(buffers, steps, tensor_inputs, scalar_inputs, constants, outputs, name)
+    outputs = tuple(OutputDecl(o.layout.buffer, o.shape, o.layout.strides, o.layout.offset,
+                               storage_dtype(o.dtype)) if isinstance(o, Realized) else None
+                    for o in lowered.outputs)
+    spec = ProgramSpec(name, buffers, tuple(steps), inputs, constants, outputs,
+                       int(device.config.alignment))
     return CompileResult(spec, infos)
 
 
 def _host_array(t: torch.Tensor) -> np.ndarray:
-    t = t.detach().contiguous()
-    if t.dtype == torch.bfloat16:
-        t = t.view(torch.int16)
-    return t.numpy()
+    return byte_view(t.detach().contiguous()).numpy()

@@ -11,8 +11,9 @@ import math
 from typing import Callable
 
 from simaccel.codegen import scalar_ops
+from simaccel.codegen.dtypes import is_float
 from simaccel.codegen.ir import (Const, Expr, ExternKernel, IndexValue, Load, Op, PointwiseKernel,
-                                 ReductionKernel, StructuralKeys, buffers_read, is_float)
+                                 ReductionKernel, StructuralKeys, buffers_read)
 
 #: iteration spaces with at least this many elements run their outer loop with prange.
 PARALLEL_THRESHOLD = 1 << 20

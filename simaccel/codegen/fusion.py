@@ -5,15 +5,14 @@ all of ``x``. Reductions over the same loop nest (same output iteration space, s
 reduced dims) fold into one :class:`ReductionKernel` with ``siblings``: one pass over the
 input, one accumulator per distinct (op, body), one store per output (emit.py). A later
 reduction joins an earlier one only if it can move up to it: it does not read what the
-earlier one or any step in between writes, and nothing in between touches its output.
+earlier one or any step in between writes, and nothing in between touches its output
+(every step declares the buffers it ``reads`` and ``writes``, see :mod:`simaccel.codegen.ir`).
 """
 from __future__ import annotations
 
 from typing import Any
 
-from simaccel.codegen.graph import HostOp
-from simaccel.codegen.ir import (PointwiseKernel, ReductionKernel, StructuralKeys,
-                                 buffers_read)
+from simaccel.codegen.ir import ReductionKernel, StructuralKeys
 
 #: reductions whose combine step is branch-free: fusing them keeps the loop vectorisable.
 #: (argmax/argmin/any/all branch per element and stay alone.)
@@ -47,12 +46,11 @@ def _fusion_host(earlier: list[Any], step: ReductionKernel) -> ReductionKernel |
     """The step of ``earlier`` that ``step`` joins, or None: among those it can move up
     to, one that already accumulates the same (op, body) (the two then share one
     accumulator, as mean and sum of the same rows do), else the nearest."""
-    reads, writes = step_buffers(step)
+    reads, writes = step.reads, step.writes
     keys = StructuralKeys()
     hosts = []
     for candidate in reversed(earlier):
-        touched = step_buffers(candidate)
-        if touched is None or touched[1] & reads or (touched[0] | touched[1]) & writes:
+        if candidate.writes & reads or (candidate.reads | candidate.writes) & writes:
             break  # step cannot move above candidate
         if _fusable_host(candidate) and _same_loop_nest(candidate, step):
             hosts.append(candidate)
@@ -72,22 +70,3 @@ def _fusable_host(step: Any) -> bool:
 
 def _op_label(step: ReductionKernel) -> str:
     return step.name.split("_", 2)[-1]  # "reduce_<n>_<op>" (graph.kernel_name)
-
-
-def step_buffers(step: Any) -> tuple[set[str], set[str]] | None:
-    """(buffers read, buffers written) of a step, conservative (a template or library
-    kernel that declares no ``writes`` may write any of its buffers); None if unknown
-    (nothing moves across it)."""
-    if isinstance(step, ReductionKernel):
-        parts = step.parts
-        return set(buffers_read([p.body for p in parts])), {p.out.buffer for p in parts}
-    if isinstance(step, PointwiseKernel):
-        reads = set(buffers_read([step.body, *step.store_index_exprs]))
-        if step.accumulate:
-            reads.add(step.out.buffer)
-        return reads, {step.out.buffer}
-    if isinstance(step, HostOp):
-        return step.reads(), set(step.writes())
-    if hasattr(step, "buffers"):  # template and library kernels: all, unless declared
-        return set(step.buffers), set(getattr(step, "writes", ()) or step.buffers)
-    return None

@@ -17,9 +17,12 @@ from typing import Any
 import torch
 import torch.fx
 
-from simaccel.codegen.ir import (DEVICE_DTYPES, ExternKernel, Kernel, Layout,
-                                 PointwiseKernel, ReductionKernel, contiguous_strides,
-                                 count_ops)
+from simaccel.codegen.dtypes import DEVICE_DTYPES, storage_name, torch_to_np_dtype
+from simaccel.codegen.fusion import fuse_sibling_reductions
+from simaccel.codegen.hostop import HostOp
+from simaccel.codegen.ir import (ExternKernel, Kernel, Layout, PointwiseKernel, ReductionKernel,
+                                 contiguous_strides, count_ops)
+from simaccel.codegen.registry import LOWERINGS
 from simaccel.codegen.values import Lazy, Realized, TensorValue
 from simaccel.errors import UnsupportedOpError
 
@@ -34,22 +37,6 @@ class Unsupported(Exception):
     """Raised by a lowering that cannot handle this node; the node runs on the host."""
 
 
-#: dtypes the device stores and moves but does not compute in (their ops run on the host).
-STORAGE_ONLY_DTYPES = ("float16", "bfloat16", "complex64", "complex128")
-
-
-def torch_to_np_dtype(dtype: torch.dtype) -> str | None:
-    """The device compute dtype name of ``dtype``, or None."""
-    name = str(dtype).replace("torch.", "")
-    return name if name in DEVICE_DTYPES else None
-
-
-def storage_name(dtype: torch.dtype) -> str | None:
-    """The name a tensor of ``dtype`` is stored under in device memory, or None."""
-    name = str(dtype).replace("torch.", "")
-    return name if name in DEVICE_DTYPES or name in STORAGE_ONLY_DTYPES else None
-
-
 @dataclass
 class BufferSpec:
     """A device buffer of a lowered graph. kind: input, scalar, constant, temp, output."""
@@ -58,36 +45,6 @@ class BufferSpec:
     dtype: str
     numel: int
     kind: str
-
-
-@dataclass
-class HostOp:
-    """An op run by torch on the host, with operands copied off and results back."""
-
-    name: str
-    target: Any
-    args: Any  # fx args with Realized values in place of nodes
-    kwargs: Any
-    outputs: list[Realized | None]  # where each tensor result goes on the device
-    reason: str
-
-    def reads(self) -> set[str]:
-        """Device buffers its operands live in (copied to the host before it runs)."""
-        return _realized_buffers((self.args, self.kwargs))
-
-    def writes(self) -> list[str]:
-        """Device buffers its results go to (copied back after it runs)."""
-        return [o.layout.buffer for o in self.outputs if o is not None]
-
-
-def _realized_buffers(obj: Any) -> set[str]:
-    if isinstance(obj, Realized):
-        return {obj.layout.buffer}
-    if isinstance(obj, (list, tuple)):
-        return set().union(*(_realized_buffers(o) for o in obj)) if obj else set()
-    if isinstance(obj, dict):
-        return _realized_buffers(list(obj.values()))
-    return set()
 
 
 @dataclass
@@ -225,7 +182,6 @@ class GraphLowering:
         self.current = None
         metas = [self.meta(v) if isinstance(v, torch.fx.Node) else v
                  for v in _flat_outputs(next(iter(reversed(self.gm.graph.nodes))).args[0])]
-        from simaccel.codegen.fusion import fuse_sibling_reductions  # imports this module
         self.steps = fuse_sibling_reductions(self.steps)
         return LoweredGraph(self.buffers, self.steps, self.inputs, outputs, metas, self.fallbacks,
                             self.constants)
@@ -274,7 +230,6 @@ class GraphLowering:
         return value
 
     def _call(self, node: torch.fx.Node) -> Any:
-        from simaccel.codegen.lowering import LOWERINGS
         args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
         if node.target is operator.getitem:
@@ -358,10 +313,10 @@ def _dtype_problem(node: torch.fx.Node) -> str | None:
 
 
 def extern(ctx: GraphLowering, source: str, buffers: list[str], params: list[Any],
-           flops: int, bytes_moved: int, parallel: bool = False,
-           writes: tuple[str, ...] = ()) -> None:
+           flops: int, bytes_moved: int, parallel: bool = False, *,
+           writes: tuple[str, ...]) -> None:
     """Append a template kernel launch (see :mod:`simaccel.codegen.templates`); ``writes``:
-    the buffers its source stores to (leave empty when unsure: then any of them)."""
+    the buffers its source stores to (outputs and scratch; it reads the others)."""
     ctx.add_kernel(ExternKernel(ctx.kernel_name("extern"), source, buffers,
                                 [int(p) for p in params], int(flops), int(bytes_moved),
-                                parallel, tuple(writes)))
+                                frozenset(writes), parallel))

@@ -11,23 +11,21 @@ Kernels:
 * :class:`PointwiseKernel`: ``out[layout(i)] = body(i)`` for every ``i`` in ``shape``.
 * :class:`ReductionKernel`: ``out[layout(o)] = reduce_r body(o, r)``.
 * :class:`ExternKernel`: a hand-written template (matmul, convolution, pooling, scan...).
+* :class:`LibraryKernel`: a call into a tuned library on device buffers (GEMM).
+
+Every kernel declares exactly which buffers it ``reads`` and ``writes`` (frozensets of
+buffer names); fusion, liveness, memory planning, host mapping and the runtime all use
+those two sets and nothing re-derives them. A kernel's ``on_device`` is True (a host
+fallback op, :class:`simaccel.codegen.hostop.HostOp`, has the same three members).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-# --------------------------------------------------------------------------- dtypes
-
-#: dtypes the device computes in, by numpy name.
-DEVICE_DTYPES = ("float32", "float64", "int32", "int64", "bool", "int8", "uint8", "int16")
-FLOAT_DTYPES = ("float32", "float64")
-
-
-def is_float(dtype: str) -> bool:
-    return dtype in FLOAT_DTYPES
+from simaccel.codegen.dtypes import is_float
 
 
 # --------------------------------------------------------------------------- index strings
@@ -204,9 +202,21 @@ class PointwiseKernel:
     accumulate: bool = False
     iter_shape: tuple[int, ...] | None = None  # scatter kernels loop over their source
 
+    on_device: ClassVar[bool] = True
+
     @property
     def shape(self) -> tuple[int, ...]:
         return self.out.shape if self.iter_shape is None else self.iter_shape
+
+    @property
+    def reads(self) -> frozenset[str]:
+        """Buffers the body and store indices load (and the output when accumulating)."""
+        reads = buffers_read([self.body, *self.store_index_exprs])
+        return frozenset([*reads, self.out.buffer] if self.accumulate else reads)
+
+    @property
+    def writes(self) -> frozenset[str]:
+        return frozenset((self.out.buffer,))
 
     @property
     def numel(self) -> int:
@@ -242,16 +252,50 @@ class ReductionKernel:
     def numel(self) -> int:
         return self.out.numel * int(np.prod(self.red_shape, dtype=np.int64))
 
+    on_device: ClassVar[bool] = True
+
     @property
     def parts(self) -> list["ReductionKernel"]:
         """This reduction and its fused siblings, in program order."""
         return [self, *self.siblings]
 
+    @property
+    def reads(self) -> frozenset[str]:
+        return frozenset(buffers_read([p.body for p in self.parts]))
+
+    @property
+    def writes(self) -> frozenset[str]:
+        return frozenset(p.out.buffer for p in self.parts)
+
+
+class _DeclaredWrites:
+    """A kernel over a list of ``buffers`` that declares the ones it ``writes`` (a
+    non-empty subset, checked); it reads the others."""
+
+    name: str
+    buffers: list[str]
+    writes: frozenset[str]
+    on_device: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        declared = frozenset(self.writes)
+        if not declared or not declared <= set(self.buffers):
+            raise ValueError(f"kernel {self.name} must declare the buffers it writes, a "
+                             f"non-empty subset of its buffers {self.buffers}; got "
+                             f"{sorted(declared)}")
+        self.writes = declared
+
+    @property
+    def reads(self) -> frozenset[str]:
+        return frozenset(self.buffers) - self.writes
+
 
 @dataclass
-class ExternKernel:
+class ExternKernel(_DeclaredWrites):
     """A template kernel (see :mod:`simaccel.codegen.templates`): ``source`` defines
-    ``kernel(*buffers, *params)``; buffers are flat arrays, params integers (shapes)."""
+    ``kernel(*buffers, *params)``; buffers are flat arrays, params integers (shapes).
+    ``writes``: the buffers the template stores to (outputs and scratch); it reads the
+    others."""
 
     name: str
     source: str
@@ -259,9 +303,23 @@ class ExternKernel:
     params: list[Any]
     flops: int
     bytes_moved: int
+    writes: frozenset[str]
     parallel: bool = False
-    #: the buffers the template stores to (empty: unknown, any of ``buffers``)
-    writes: tuple[str, ...] = ()
 
 
-Kernel = PointwiseKernel | ReductionKernel | ExternKernel
+@dataclass
+class LibraryKernel(_DeclaredWrites):
+    """``fn(*buffers, *params)`` on flat device buffers, a call into a tuned library (see
+    :mod:`simaccel.codegen.library`); ``params`` are integers; ``flops`` and
+    ``bytes_moved`` feed the roofline model; ``writes`` as for :class:`ExternKernel`."""
+
+    name: str
+    fn: Callable[..., Any]
+    buffers: list[str]
+    params: list[int]
+    flops: int
+    bytes_moved: int
+    writes: frozenset[str]
+
+
+Kernel = PointwiseKernel | ReductionKernel | ExternKernel | LibraryKernel

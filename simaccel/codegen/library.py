@@ -6,35 +6,18 @@ a GPU backend a cuBLAS call. Here the library is PyTorch's CPU BLAS (``torch.mm`
 ``torch.bmm`` with ``out=``) on tensors that view device memory, so nothing is copied
 and nothing needs a JIT compile. (numpy's OpenBLAS was measured too: slower on the MLP
 shapes, and its thread pool fights torch's for the cores.) A library kernel is still a
-device kernel launch: it becomes a :class:`~simaccel.runtime.program.LaunchStep`, counts
+device kernel launch (:class:`~simaccel.codegen.ir.LibraryKernel`): it becomes a
+:class:`~simaccel.runtime.spec.LaunchStep`, counts
 in ``kernel_launches`` and sits on the compute track with its roofline time. Epilogues
 (bias, activation) stay fused in the pointwise kernel that follows.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Any, Callable
 
 import numpy as np
 import torch
 
 #: dtypes the GEMM runs in the BLAS library (others use the matmul template).
 GEMM_DTYPES = ("float32", "float64")
-
-
-@dataclass
-class LibraryKernel:
-    """``fn(*buffers, *params)`` on flat device buffers; ``params`` are integers;
-    ``flops`` and ``bytes_moved`` feed the roofline model."""
-
-    name: str
-    fn: Callable[..., Any]
-    buffers: list[str]
-    params: list[int]
-    flops: int
-    bytes_moved: int
-    #: the buffers the call stores to (empty: unknown, any of ``buffers``)
-    writes: tuple[str, ...] = ()
 
 
 def _matrices(buf: np.ndarray, offset: int, batch: int, rows: int, cols: int,

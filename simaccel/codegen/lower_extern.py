@@ -7,8 +7,11 @@ import torch
 
 from simaccel.codegen import library, templates
 from simaccel.codegen.graph import GraphLowering, Unsupported, extern
-from simaccel.codegen.ir import is_float
-from simaccel.codegen.lowering import elementwise, register
+from simaccel.codegen.dtypes import is_float
+from simaccel.codegen.ir import LibraryKernel, Op
+from simaccel.codegen.lower_reduce import reduce
+from simaccel.codegen.lowering import elementwise
+from simaccel.codegen.registry import register
 from simaccel.codegen.values import Lazy, Realized, TensorValue, cast
 
 aten = torch.ops.aten
@@ -45,9 +48,9 @@ def matmul(ctx: GraphLowering, a: TensorValue, b: TensorValue, dtype: str) -> Re
     params = [batch, m, k, n, ra.layout.offset, a_bs, rb.layout.offset, b_bs]
     flops, nbytes = 2 * batch * m * n * k, 4 * (batch * (m * k + k * n + m * n))
     if dtype in library.GEMM_DTYPES:  # a BLAS call on the device buffers: no JIT compile
-        ctx.add_kernel(library.LibraryKernel(ctx.kernel_name("gemm"), library.gemm, buffers,
-                                             params + [int(a_t), int(b_t)], flops, nbytes,
-                                             writes=(out.layout.buffer,)))
+        ctx.add_kernel(LibraryKernel(ctx.kernel_name("gemm"), library.gemm, buffers,
+                                     params + [int(a_t), int(b_t)], flops, nbytes,
+                                     writes=frozenset((out.layout.buffer,))))
         return out
     extern(ctx, templates.matmul(a_t, b_t), buffers, params,
            flops=flops, bytes_moved=nbytes, writes=(out.layout.buffer,))
@@ -109,7 +112,6 @@ def _convolution(ctx: GraphLowering, x: TensorValue, w: TensorValue, bias: Any,
 
 
 def elementwise_add_bias(out: Realized, bias: TensorValue, index: list[str], dtype: str):
-    from simaccel.codegen.ir import Op
     return Op("add", (out.load(index), cast(bias.load([index[1]]), dtype)), dtype)
 
 
@@ -138,10 +140,10 @@ def _convolution_backward(ctx: GraphLowering, go: TensorValue, x: TensorValue, w
     extern(ctx, templates.conv2d_backward(),
            [gx.layout.buffer, gw.layout.buffer, gor.layout.buffer, xr.layout.buffer,
             wr.layout.buffer, cols, gcols], geom + [int(want_gx), int(want_gw)],
-           4 * go.numel * rows, 4 * (x.numel + w.numel + 2 * go.numel))
+           4 * go.numel * rows, 4 * (x.numel + w.numel + 2 * go.numel),
+           writes=(gx.layout.buffer, gw.layout.buffer, cols, gcols))
     gb = None
     if output_mask[2]:
-        from simaccel.codegen.lower_reduce import reduce
         gb = reduce(ctx, go, [0, 2, 3], False, "sum", dtype)
     return (gx if want_gx else None, gw if want_gw else None, gb)
 
@@ -195,7 +197,7 @@ def _max_pool_backward(ctx: GraphLowering, go: TensorValue, x: TensorValue, kern
     extern(ctx, templates.max_pool2d_backward(),
            [gx.layout.buffer, gor.layout.buffer, idxr.layout.buffer],
            [n * c, h * w, go.shape[-2] * go.shape[-1]], go.numel, 4 * (x.numel + 3 * go.numel),
-           _parallel(x.numel))
+           _parallel(x.numel), writes=(gx.layout.buffer,))
     return gx
 
 
@@ -229,7 +231,7 @@ def _avg_pool_backward(ctx: GraphLowering, go: TensorValue, x: TensorValue, kern
     params = _avg_params(x, go.shape, kernel, stride, padding, count_include_pad,
                          divisor_override)
     extern(ctx, templates.avg_pool2d_backward(), [gx.layout.buffer, gor.layout.buffer], params,
-           x.numel, 4 * (x.numel + go.numel), _parallel(x.numel))
+           x.numel, 4 * (x.numel + go.numel), _parallel(x.numel), writes=(gx.layout.buffer,))
     return gx
 
 
@@ -254,7 +256,7 @@ def _adaptive_avg_backward(ctx: GraphLowering, go: TensorValue, x: TensorValue) 
     n, c, h, w = _as_4d(x.shape)
     extern(ctx, templates.adaptive_avg_pool2d_backward(), [gx.layout.buffer, gor.layout.buffer],
            [n * c, h, w, go.shape[-2], go.shape[-1]], x.numel, 4 * (x.numel + go.numel),
-           _parallel(x.numel))
+           _parallel(x.numel), writes=(gx.layout.buffer,))
     return gx
 
 

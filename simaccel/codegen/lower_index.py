@@ -8,7 +8,7 @@ import torch
 
 from simaccel.codegen.graph import GraphLowering, Unsupported
 from simaccel.codegen.ir import Const, Expr, Load, Op, PointwiseKernel, affine
-from simaccel.codegen.lowering import register
+from simaccel.codegen.registry import register
 from simaccel.codegen.values import Lazy, Realized, TensorValue, broadcast_index, cast
 
 aten = torch.ops.aten

@@ -7,9 +7,9 @@ from typing import Any
 import torch
 
 from simaccel.codegen.graph import GraphLowering
-from simaccel.codegen.ir import (Const, Expr, Op, ReductionKernel, affine, contiguous_strides,
-                                 is_float)
-from simaccel.codegen.lowering import register
+from simaccel.codegen.dtypes import is_float
+from simaccel.codegen.ir import Const, Expr, Op, ReductionKernel, affine, contiguous_strides
+from simaccel.codegen.registry import register
 from simaccel.codegen.values import Lazy, Realized, TensorValue, cast, load_broadcast
 
 aten = torch.ops.aten

@@ -7,7 +7,7 @@ import torch
 
 from simaccel.codegen.graph import GraphLowering
 from simaccel.codegen.ir import Const, Expr, IndexValue, Op, paren
-from simaccel.codegen.lowering import register
+from simaccel.codegen.registry import register
 from simaccel.codegen.values import (Lazy, Realized, TensorValue, cast, expand, infer_shape,
                                      permute, reshape_lazy, select, slice_dim, squeeze,
                                      unsqueeze, view_strides)

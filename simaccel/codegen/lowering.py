@@ -1,4 +1,4 @@
-"""The lowering registry: one entry per ATen op, producing device values.
+"""Pointwise and scalar lowerings: one entry per ATen op, producing device values.
 
 A lowering is ``fn(ctx, *args, **kwargs)`` where tensor arguments arrive as
 :class:`~simaccel.codegen.values.TensorValue` and ``ctx`` is the
@@ -6,8 +6,9 @@ A lowering is ``fn(ctx, *args, **kwargs)`` where tensor arguments arrive as
 lowered, buffer allocation, kernel emission). Pointwise lowerings return
 :class:`Lazy` values, so chains of them fuse into one kernel.
 
-Adding an op: register a lowering here (or in lower_reduce / lower_extern), add a
-line to the op test table.
+Adding an op: register a lowering here (or in lower_views / lower_index / lower_reduce /
+lower_extern) with :func:`simaccel.codegen.registry.register`, add a line to the op
+test table.
 """
 from __future__ import annotations
 
@@ -17,27 +18,14 @@ from typing import Any, Callable
 
 import torch
 
-from simaccel.codegen.graph import GraphLowering, Unsupported, torch_to_np_dtype
-from simaccel.codegen.ir import Const, Expr, IndexValue, Op, is_float
+from simaccel.codegen.dtypes import is_float, torch_to_np_dtype
+from simaccel.codegen.graph import GraphLowering, Unsupported
+from simaccel.codegen.ir import Const, Expr, IndexValue, Op
+from simaccel.codegen.registry import register
 from simaccel.codegen.values import (Lazy, Realized, TensorValue, cast, load_broadcast)
 
 aten = torch.ops.aten
 prims = torch.ops.prims
-
-LOWERINGS: dict[Any, Callable[..., Any]] = {}
-
-
-def register(*ops: Any) -> Callable:
-    def wrap(fn: Callable) -> Callable:
-        for op in ops:
-            if isinstance(op, torch._ops.OpOverloadPacket):
-                for name in op.overloads():
-                    LOWERINGS.setdefault(getattr(op, name), fn)
-            else:
-                LOWERINGS[op] = fn
-        return fn
-    return wrap
-
 
 # --------------------------------------------------------------------------- helpers
 
@@ -434,6 +422,3 @@ def _scalar_result_dtype(ctx: GraphLowering) -> str:
 for _fn, _name in _SCALAR_OPS.items():
     register(_fn)(_scalar_op(_fn, _name))
 
-
-# Registers the view, indexing, reduction and template lowerings.
-from simaccel.codegen import lower_views, lower_index, lower_reduce, lower_extern  # noqa: E402,F401

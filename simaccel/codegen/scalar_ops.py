@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from simaccel.codegen.ir import is_float
+from simaccel.codegen.dtypes import is_float
 
 Renderer = Callable[[list[str], list[str], str], str]
 

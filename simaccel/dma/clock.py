@@ -34,10 +34,11 @@ class SimClock:
         """Place an item of ``duration_ns`` on ``track``; returns its (start_ns, end_ns)."""
         if duration_ns < 0:
             raise ValueError(f"duration_ns must be >= 0, got {duration_ns}")
-        free = self._free_ns[track]
+        free_ns = self._free_ns
+        free = free_ns[track]
         start = free if free > not_before_ns else float(not_before_ns)
         end = start + duration_ns
-        self._free_ns[track] = end
+        free_ns[track] = end
         self._busy_ns[track] += duration_ns
         return start, end
 

@@ -1,8 +1,9 @@
 """DMA descriptors: one contiguous-or-strided copy from a source array to a destination.
 
 A descriptor is what a driver writes into a DMA ring (Linux ``dma_async_tx_descriptor``,
-a Neuron DMA queue entry): where to read, where to write, how many bytes. The engine
-performs the copy for real (the bytes move) and charges simulated time for it.
+a Neuron DMA queue entry): where to read, where to write, how many bytes. The engine's
+one copy path performs the copy for real (the bytes move) and charges simulated time for
+it; a descriptor only checks, when it is made, that its arrays can be copied.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simaccel.dma.copy import copy_array
+from simaccel.dma.copy import check_pair
 
 #: Directions a descriptor can move bytes in.
 #: h2d: host -> device, d2h: device -> host, const: host constant bank -> device,
@@ -45,15 +46,7 @@ class Descriptor:
         if not isinstance(self.src, np.ndarray) or not isinstance(self.dst, np.ndarray):
             raise TypeError("Descriptor src and dst must be numpy arrays, got "
                             f"{type(self.src).__name__} and {type(self.dst).__name__}")
-        if self.src.size != self.dst.size:
-            raise ValueError(f"Descriptor {self.label!r}: src has {self.src.size} elements "
-                             f"but dst has {self.dst.size}")
-        # DMA moves bytes; it never converts. A dtype mismatch is a caller bug.
-        if self.src.dtype != self.dst.dtype:
-            raise ValueError(f"Descriptor {self.label!r}: src dtype {self.src.dtype} != "
-                             f"dst dtype {self.dst.dtype} (view the arrays as one dtype)")
-        if not self.dst.flags.writeable:
-            raise ValueError(f"Descriptor {self.label!r}: dst is read-only")
+        check_pair(self.src, self.dst, self.label)  # early; the engine's copy checks again
         self.src_shape = tuple(self.src.shape)
         self.src_strides = tuple(self.src.strides)
 
@@ -76,8 +69,4 @@ class Descriptor:
         """Sizes of the bursts this descriptor is split into (bytes each, last may be short)."""
         full, rest = divmod(self.nbytes, burst_bytes)
         return [burst_bytes] * full + ([rest] if rest else [])
-
-    def perform_copy(self) -> None:
-        """Move the bytes now: ``dst[...] = src`` in C order (through a bounce buffer if staged)."""
-        copy_array(self.src, self.dst, self.staged, self.label)
 

@@ -2,8 +2,8 @@
 
 Modelled on Linux dmaengine (a client prepares descriptors, submits them, and waits on a
 completion cookie) and on AWS Neuron DMA queues (several rings running in parallel).
-Copies happen synchronously in :meth:`DmaEngine.submit` -- the bytes really move -- while
-the *timing* is simulated on a :class:`~simaccel.dma.clock.SimClock`:
+Copies happen synchronously at submit -- the bytes really move -- while the *timing* is
+simulated on a :class:`~simaccel.dma.clock.SimClock`:
 
 * descriptors of one submit form a scatter-gather list, dealt round-robin over the
   channels (the cursor persists across submits, so back-to-back single-descriptor
@@ -17,6 +17,12 @@ A *mapped* read (``mapped`` in :meth:`DmaEngine.copy_many`) is host memory the d
 in place (zero-copy, CUDA mapped pinned memory): the bytes still cross the bus, so it is
 placed, timed, traced and counted exactly like an h2d copy (and in ``h2d.mapped_bytes`` /
 ``h2d.mapped_reads``), but nothing is copied.
+
+Every copy takes one path, :meth:`DmaEngine._transfer`; :meth:`~DmaEngine.submit`
+(descriptor objects), :meth:`~DmaEngine.copy_many` (the runtime's per-call lists) and
+:meth:`~DmaEngine.copy_one` are entry points into it. It checks the batch, then per pair
+checks and moves the bytes, places the copy on a channel and traces it, and counts the batch
+once. A bad pair stops its batch; what moved before it stays placed, traced and counted.
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ import numbers
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -110,6 +116,23 @@ def _mapped_read_bytes(src: np.ndarray, staged: bool, label: str) -> int:
     return src.nbytes
 
 
+def _kind_runs(descs: list[Descriptor]) -> list[tuple[str, tuple[list, ...]]]:
+    """``descs`` cut into runs of consecutive descriptors of one kind, in order (a submit is
+    placed in order), each as its (srcs, dsts, labels, staged) columns."""
+    runs: list[tuple[str, tuple[list, ...]]] = []
+    kind = None
+    for d in descs:
+        if d.kind != kind:
+            kind = d.kind
+            columns: tuple[list, ...] = ([], [], [], [])
+            runs.append((kind, columns))
+        columns[0].append(d.src)
+        columns[1].append(d.dst)
+        columns[2].append(d.label)
+        columns[3].append(d.staged)
+    return runs
+
+
 #: kind -> its (bytes, transfers) counter names, built once (the hot path adds to them)
 _STAT_KEYS = {kind: (f"{kind}.bytes", f"{kind}.transfers") for kind in KINDS}
 
@@ -122,6 +145,23 @@ def _zero_stats() -> dict[str, float]:
     stats.update({"h2d.mapped_bytes": 0, "h2d.mapped_reads": 0})
     stats.update(descriptors=0, bursts=0, compute_items=0, compute_ns=0.0)
     return stats
+
+
+def _count(stats: dict[str, float], keys: tuple[str, str], descriptors: int, nbytes: int,
+           bursts: int, staged_bytes: int, mapped_bytes: int, mapped_reads: int) -> None:
+    """The one place copies are counted: one batch of one kind (``keys``: its bytes and
+    transfers counters) into ``stats``; ``nbytes`` and ``descriptors`` include the mapped
+    reads (they cross the bus like copies)."""
+    stats[keys[0]] += nbytes
+    stats[keys[1]] += 1
+    if staged_bytes:
+        stats["staged.bytes"] += staged_bytes
+        stats["staged.transfers"] += 1
+    if mapped_reads:
+        stats["h2d.mapped_bytes"] += mapped_bytes
+        stats["h2d.mapped_reads"] += mapped_reads
+    stats["descriptors"] += descriptors
+    stats["bursts"] += bursts
 
 
 class DmaEngine:
@@ -166,128 +206,119 @@ class DmaEngine:
 
     def submit(self, descriptors: Iterable[Descriptor], *, not_before_ns: float = 0.0
                ) -> Completion:
-        """Copy every descriptor now and schedule them on the channels; see module doc."""
+        """Copy every descriptor now and schedule them on the channels in order (see the
+        module doc). A submit may mix kinds; each kind in it counts one transfer."""
         descs = descriptors if isinstance(descriptors, list) else list(descriptors)
         for d in descs:
             if type(d) is not Descriptor and not isinstance(d, Descriptor):
                 raise TypeError(f"submit() takes Descriptor objects, got {type(d).__name__}")
         if not descs:
             return Completion(float(not_before_ns), float(not_before_ns))
+        placed: list[tuple[int, float, float, int]] = []
+        runs = _kind_runs(descs)
         with self._lock:
-            timings = []
-            for d in descs:
-                d.perform_copy()
-                channel, start, end, bursts = self._place(d.kind, d.label, d.nbytes, d.staged,
-                                                          d.src, not_before_ns)
-                timings.append(DescriptorTiming(d, channel, start, end, bursts))
-            self._count_submit(descs, timings)
-        start = min(t.start_ns for t in timings) if len(timings) > 1 else timings[0].start_ns
-        end = max(t.end_ns for t in timings) if len(timings) > 1 else timings[0].end_ns
-        return Completion(start, end, tuple(timings))
+            if len(runs) == 1:
+                self._transfer(runs[0][0], *runs[0][1], None, not_before_ns, placed)
+            else:
+                self._transfer_runs(runs, not_before_ns, placed)
+        timings = tuple([DescriptorTiming(d, *p) for d, p in zip(descs, placed)])
+        if len(timings) == 1:
+            return Completion(timings[0].start_ns, timings[0].end_ns, timings)
+        return Completion(min(t.start_ns for t in timings), max(t.end_ns for t in timings),
+                          timings)
 
-    def copy_many(self, kind: str, srcs: list[np.ndarray], dsts: list[np.ndarray | None],
-                  labels: list[str], *, staged: list[bool] | None = None,
-                  mapped: list[bool] | None = None, not_before_ns: float = 0.0) -> float:
+    def _transfer_runs(self, runs: list[tuple[str, tuple[list, ...]]], not_before_ns: float,
+                       placed: list[tuple[int, float, float, int]]) -> None:
+        """A submit of several runs of kinds, placed in order: each kind's runs are counted
+        on the side, then added to the stats as one transfer of that kind (and one staged
+        transfer if it staged bytes), as if the kind had been one run."""
+        per_kind: dict[str, dict[str, float]] = {}
+        try:
+            for kind, columns in runs:
+                self._transfer(kind, *columns, None, not_before_ns, placed,
+                               per_kind.setdefault(kind, _zero_stats()))
+        finally:  # what moved before a bad descriptor is counted
+            for kind, counts in per_kind.items():
+                for key in (_STAT_KEYS[kind][1], "staged.transfers"):
+                    counts[key] = min(counts[key], 1)
+                for key, value in counts.items():
+                    self._stats[key] += value
+
+    def copy_many(self, kind: str, srcs: Sequence[np.ndarray],
+                  dsts: Sequence[np.ndarray | None], labels: Sequence[str], *,
+                  staged: Sequence[bool] | None = None, mapped: Sequence[bool] | None = None,
+                  not_before_ns: float = 0.0) -> float:
         """One scatter-gather submit of ``kind`` copying ``srcs[i]`` into ``dsts[i]``: the
         same copies, timing, stats and trace as :meth:`submit` with one :class:`Descriptor`
         per pair, minus the objects (the runtime calls this on every graph call). Where
         ``mapped[i]`` (h2d only) ``srcs[i]`` is a mapped read (a C-contiguous host array the
-        device reads in place, see the module doc) and ``dsts[i]`` is ignored (None). Returns the end of the last copy (ns;
-        ``not_before_ns`` if there is none)."""
-        keys = _STAT_KEYS.get(kind)
-        if keys is None:
-            raise ValueError(f"copy_many kind must be one of {KINDS}, got {kind!r}")
-        if mapped is not None and kind != "h2d":
-            raise ValueError(f"only h2d reads can be mapped, got kind {kind!r}")
-        end = not_before_ns
-        # Plain locals, no helper calls per copy: this loop runs on every graph call.
-        done = nbytes_total = staged_bytes = bursts_total = mapped_bytes = mapped_reads = 0
+        device reads in place, see the module doc) and ``dsts[i]`` is ignored (None).
+        Returns the end of the last copy (ns; ``not_before_ns`` if there is none)."""
         with self._lock:
-            try:
-                for i, src in enumerate(srcs):
-                    is_staged = staged is not None and staged[i]
-                    is_mapped = mapped is not None and mapped[i]
-                    if is_mapped:
-                        nbytes = _mapped_read_bytes(src, is_staged, labels[i])
-                        mapped_bytes += nbytes
-                        mapped_reads += 1
-                    else:
-                        dst = dsts[i]
-                        copy_array(src, dst, is_staged, labels[i])
-                        nbytes = dst.nbytes
-                    _, _, copy_end, bursts = self._place(kind, labels[i], nbytes, is_staged,
-                                                         src, not_before_ns, is_mapped)
-                    end = copy_end if copy_end > end else end
-                    done += 1
-                    nbytes_total += nbytes
-                    bursts_total += bursts
-                    if is_staged:
-                        staged_bytes += nbytes
-            finally:  # a bad pair stops the submit: what was copied before it is counted
-                if done:
-                    self._count_copies(keys, done, nbytes_total, bursts_total, staged_bytes,
-                                       mapped_bytes, mapped_reads)
-        return end
+            return self._transfer(kind, srcs, dsts, labels, staged, mapped, not_before_ns)
 
     def copy_one(self, kind: str, src: np.ndarray, dst: np.ndarray, label: str, *,
                  staged: bool = False, not_before_ns: float = 0.0) -> float:
         """:meth:`copy_many` of one pair, without the lists (the constant bank's update
         rides on every call whose lifted scalars changed). Returns its end (ns)."""
-        keys = _STAT_KEYS.get(kind)
-        if keys is None:
-            raise ValueError(f"copy_one kind must be one of {KINDS}, got {kind!r}")
         with self._lock:
-            copy_array(src, dst, staged, label)
-            nbytes = dst.nbytes
-            _, _, end, bursts = self._place(kind, label, nbytes, staged, src, not_before_ns)
-            self._count_copies(keys, 1, nbytes, bursts, nbytes if staged else 0)
+            return self._transfer(kind, (src,), (dst,), (label,), (staged,) if staged else None,
+                                  None, not_before_ns)
+
+    def _transfer(self, kind: str, srcs: Sequence[np.ndarray],
+                  dsts: Sequence[np.ndarray | None], labels: Sequence[str],
+                  staged: Sequence[bool] | None, mapped: Sequence[bool] | None,
+                  not_before_ns: float, placed: list | None = None,
+                  stats: dict[str, float] | None = None) -> float:
+        """The one copy path (the caller holds the lock): check the batch; per pair, move
+        the bytes (or check the mapped read), place it on the next channel and trace it;
+        then count the batch once, into ``stats`` (default: the engine's). A bad pair stops
+        the batch: what moved before it is placed, traced and counted. ``placed`` gets
+        (channel, start_ns, end_ns, bursts) per pair. Returns the latest end (ns)."""
+        try:
+            keys = _STAT_KEYS[kind]
+        except KeyError:
+            raise ValueError(f"DMA copy kind must be one of {KINDS}, got {kind!r}") from None
+        if mapped is not None and kind != "h2d":
+            raise ValueError(f"only h2d reads can be mapped, got kind {kind!r}")
+        channel, end = self._next_channel, not_before_ns
+        # Plain locals and no helper calls beyond the copy, the clock and the trace: this
+        # runs on every graph call, with a handful of pairs.
+        done = nbytes_total = staged_bytes = bursts_total = mapped_bytes = mapped_reads = 0
+        try:
+            for src in srcs:
+                label = labels[done]
+                is_staged = staged is not None and staged[done]
+                is_mapped = mapped is not None and mapped[done]
+                if is_mapped:
+                    nbytes = _mapped_read_bytes(src, is_staged, label)
+                    mapped_bytes, mapped_reads = mapped_bytes + nbytes, mapped_reads + 1
+                else:
+                    dst = dsts[done]
+                    copy_array(src, dst, is_staged, label)
+                    nbytes = dst.nbytes
+                bursts = -(-nbytes // self.burst_bytes)
+                start, stop = self._clock.reserve(
+                    self._tracks[channel], self.latency_ns + nbytes / self.bandwidth_gbps,
+                    not_before_ns)
+                name = kind + " " + label if label else kind
+                self._trace.record_span(
+                    name + " (mapped)" if is_mapped else name, kind, channel, start,
+                    stop - start, (nbytes, kind, bursts, channel, is_staged, None
+                                   if src.flags.c_contiguous else (src.shape, src.strides),
+                                   is_mapped))
+                if placed is not None:
+                    placed.append((channel, start, stop, bursts))
+                channel, end = (channel + 1) % self.channels, stop if stop > end else end
+                done, nbytes_total, bursts_total = (done + 1, nbytes_total + nbytes,
+                                                    bursts_total + bursts)
+                staged_bytes += nbytes if is_staged else 0
+        finally:
+            self._next_channel = channel
+            if done:  # once per batch, not per pair
+                _count(self._stats if stats is None else stats, keys, done, nbytes_total,
+                       bursts_total, staged_bytes, mapped_bytes, mapped_reads)
         return end
-
-    def _count_copies(self, keys: tuple[str, str], descriptors: int, nbytes: int,
-                      bursts: int, staged_bytes: int, mapped_bytes: int = 0,
-                      mapped_reads: int = 0) -> None:
-        """Count one submit of one kind (``keys``: its bytes and transfers counters);
-        ``nbytes`` and ``descriptors`` include the mapped reads."""
-        st = self._stats
-        st[keys[0]] += nbytes
-        st[keys[1]] += 1
-        if staged_bytes:
-            st["staged.bytes"] += staged_bytes
-            st["staged.transfers"] += 1
-        if mapped_reads:
-            st["h2d.mapped_bytes"] += mapped_bytes
-            st["h2d.mapped_reads"] += mapped_reads
-        st["descriptors"] += descriptors
-        st["bursts"] += bursts
-
-    def _place(self, kind: str, label: str, nbytes: int, staged: bool, src: np.ndarray,
-               not_before_ns: float, mapped: bool = False) -> tuple[int, float, float, int]:
-        """Schedule one copy (or mapped read) of ``nbytes`` on the next channel (round
-        robin) and trace it; returns (channel, start_ns, end_ns, bursts)."""
-        channel = self._next_channel
-        self._next_channel = (channel + 1) % self.channels
-        bursts = -(-nbytes // self.burst_bytes)
-        start, end = self._clock.reserve(self._tracks[channel],
-                                         self.latency_ns + nbytes / self.bandwidth_gbps,
-                                         not_before_ns)
-        strided = None if src.flags.c_contiguous else (src.shape, src.strides)
-        name = kind + " " + label if label else kind
-        self._trace.record_span(name + " (mapped)" if mapped else name, kind, channel, start,
-                                end - start, (nbytes, kind, bursts, channel, staged, strided,
-                                              mapped))
-        return channel, start, end, bursts
-
-    def _count_submit(self, descs: list[Descriptor], timings: list[DescriptorTiming]) -> None:
-        # A "transfer" is one submit per kind: 3 h2d descriptors in one submit = 1 transfer.
-        by_kind: dict[str, list[int]] = {}
-        for d, t in zip(descs, timings):
-            acc = by_kind.setdefault(d.kind, [0, 0, 0, 0])
-            acc[0] += 1
-            acc[1] += d.nbytes
-            acc[2] += t.bursts
-            acc[3] += d.nbytes if d.staged else 0
-        for kind, (count, nbytes, bursts, staged_bytes) in by_kind.items():
-            self._count_copies(_STAT_KEYS[kind], count, nbytes, bursts, staged_bytes)
 
     def schedule_compute(self, name: str, duration_ns: float, not_before_ns: float = 0.0,
                          *, args: dict[str, Any] | None = None) -> tuple[float, float]:

@@ -47,8 +47,13 @@ class TraceRecorder:
             raise ValueError(f"max_events must be positive, got {max_events}")
         self.track_names = list(track_names)
         self._events: collections.deque[RawEvent] = collections.deque(maxlen=max_events)
-        self.dropped = 0
+        self._recorded = 0  # since the last clear; the ring holds the newest of them
         self._decode_args = decode_args
+
+    @property
+    def dropped(self) -> int:
+        """Events recorded since the last :meth:`clear` that the ring no longer holds."""
+        return self._recorded - len(self._events)
 
     def record(self, event: TraceEvent) -> None:
         """Append an event, dropping the oldest when the ring is full."""
@@ -60,10 +65,8 @@ class TraceRecorder:
         """Append one span (times in ns). ``args``: a dict, or a tuple the recorder's
         ``decode_args`` expands when the trace is read (it must not hold arrays: the ring
         outlives the call)."""
-        events = self._events
-        if len(events) == events.maxlen:
-            self.dropped += 1
-        events.append((name, cat, tid, start_ns, dur_ns, args))
+        self._events.append((name, cat, tid, start_ns, dur_ns, args))
+        self._recorded += 1
 
     def events(self) -> list[TraceEvent]:
         """The retained events, oldest first."""
@@ -81,7 +84,7 @@ class TraceRecorder:
     def clear(self) -> None:
         """Forget every event."""
         self._events.clear()
-        self.dropped = 0
+        self._recorded = 0
 
     def to_chrome_trace(self) -> dict[str, Any]:
         """The trace as a Chrome Trace Event JSON object (``ts``/``dur`` in microseconds)."""

@@ -2,8 +2,8 @@
 
 Entry point for the backend (call it first in the CompilerFn, let its exception propagate)::
 
-    report = lift_scalars(gm, example_inputs, lift=options.get("lift", "auto"),
-                          keep=options.get("keep", ()))
+    opts = simaccel.options.parse_options(options)  # validates lift/keep (the one place)
+    report = lift_scalars(gm, example_inputs, lift=opts.lift, keep=opts.keep)
 
 How lifted scalars reach the graph (torch 2.13.0, any ``dynamic`` setting):
 

@@ -30,6 +30,7 @@ from simaccel.guards import dynamo
 from simaccel.guards.added import (
     Guard, add_frame_expression, add_guard, add_source_expression, record_shape_env_guard,
 )
+from simaccel.guards.records import GraphInput
 from simaccel.guards.report import AddedGuard
 
 log = logging.getLogger("simaccel")
@@ -77,11 +78,9 @@ class DevicePlanFacts:
 
 def is_device_resident(value: Any) -> bool:
     """True for inputs kept on the device between calls, uploaded again only when their
-    contents change: parameters, and tensors marked with
-    ``torch._dynamo.mark_static_address`` (data that lives across calls: KV caches,
-    lookup tables, optimizer state; Dynamo marks a module's parameters and buffers so too)."""
-    return isinstance(value, torch.nn.Parameter) or getattr(value, "_is_param", False) \
-        or dynamo.has_static_address(value)
+    contents change: module state (:func:`simaccel.guards.dynamo.is_module_state`:
+    parameters, and tensors marked with ``torch._dynamo.mark_static_address``)."""
+    return dynamo.is_module_state(value)
 
 
 def fits_int32(value: int) -> bool:
@@ -127,7 +126,7 @@ def _config_guard(device: Any) -> AddedGuard:
         f"simaccel.get_device().config.key() == {config!r}.key()")
 
 
-def _tensor_fact(graph_input: dynamo.GraphInput,
+def _tensor_fact(graph_input: GraphInput,
                  alignment: int) -> tuple[dict[str, Any], Guard | None]:
     value = graph_input.value
     if graph_input.source is None or not isinstance(value, torch.Tensor):
@@ -150,7 +149,7 @@ def _tensor_fact(graph_input: dynamo.GraphInput,
     return {"aligned": is_aligned(value)}, Guard(graph_input.source, is_aligned, ALIGNED, expr)
 
 
-def _int_fact(graph_input: dynamo.GraphInput,
+def _int_fact(graph_input: GraphInput,
               example: Any) -> tuple[dict[str, Any], Guard | AddedGuard | None]:
     value = graph_input.value
     if graph_input.source is not None and graph_input.tensor_property is None:
@@ -158,14 +157,14 @@ def _int_fact(graph_input: dynamo.GraphInput,
         # run in the frame's one folded Python check (dynamo.SIMACCEL_SHAPE_ENV) with the
         # device-config check: ~35 ns per call, no lambda of its own. Listed in the report
         # as a shape-env guard.
-        fits = dynamo.guard_symint_range(example, INT32_MIN, INT32_END)
+        fits = dynamo.guard_symint_range(example, INT32_MIN, INT32_END, INT_SLOT)
         if fits is not None:
             text = f"{INT32_MIN} <= {graph_input.source} < {INT32_END}"
             return {"int_bits": 32 if fits else 64}, record_shape_env_guard(
                 INT_SLOT, graph_input.source, text if fits else f"not ({text})", fits)
     if not isinstance(value, int) or graph_input.source is None:
         # int() of a SymInt would add a shape guard (specializing it): use its hint.
-        hint = getattr(getattr(example, "node", None), "hint", example)
+        hint = dynamo.size_hint(example)
         return {"int_bits": 32 if isinstance(hint, int) and fits_int32(hint) else 64}, None
     fact = {"int_bits": 32 if fits_int32(value) else 64}
     text = f"{INT32_MIN} <= {graph_input.source} < {INT32_END}"

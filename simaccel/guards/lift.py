@@ -21,9 +21,9 @@ from typing import Any
 import torch
 
 from simaccel.guards import dynamo
-from simaccel.guards.dynamo import LiftOutcome, RetraceRequest, ScalarSite
 from simaccel.guards.nn_constants import nn_constant_reason
 from simaccel.guards.policy import LiftPolicy
+from simaccel.guards.records import LiftOutcome, RetraceRequest, ScalarSite
 from simaccel.guards.report import (
     ARRIVES_AS_GUARD_ONLY, ARRIVES_AS_SYMINT, ARRIVES_AS_TENSOR, DroppedGuard, GuardReport,
     KeptGuard, LiftedScalar,

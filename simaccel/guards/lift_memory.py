@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from simaccel.codegen.cache import default_cache_dir, ensure_private_dir, write_atomic
+from simaccel.cachedir import default_cache_dir, private_subdir, write_atomic
 
 log = logging.getLogger("simaccel")
 
@@ -103,4 +103,5 @@ def _fingerprint(code: types.CodeType, digest: Any) -> None:
 
 
 def _path(key: str) -> Path:
-    return ensure_private_dir(default_cache_dir() / "lift") / f"{key}.json"
+    """The entry's file in ``lift/`` of the cache directory (both private to the user)."""
+    return private_subdir(default_cache_dir(), "lift") / f"{key}.json"

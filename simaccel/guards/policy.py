@@ -7,6 +7,9 @@ A policy comes from the backend options ``lift`` and ``keep``:
 * ``lift=[patterns]``: only the sources matching one of the patterns.
 * ``keep=[patterns]``: sources never lifted, whatever ``lift`` says.
 
+(The options also take a single pattern string; :mod:`simaccel.options` validates their
+form and hands this module tuples.)
+
 A pattern is a Dynamo source name as printed by ``TORCH_LOGS=guards``: a root ``L['name']``
 (frame local / argument / closure cell) or ``G['name']`` (module global) followed by any
 number of ``.attr``, ``['key']`` or ``[index]`` accessors, e.g. ``L['alpha']``,
@@ -17,7 +20,7 @@ written either way: ``L['self'].sub.k`` matches Dynamo's ``L['self']._modules['s
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simaccel.errors import InvalidOptionError
@@ -128,19 +131,16 @@ class LiftPolicy:
     keep: tuple[SourcePattern, ...] = ()
 
     @classmethod
-    def parse(cls, lift: object = "auto", keep: object = ()) -> LiftPolicy:
-        """Build a policy from the ``lift`` and ``keep`` backend options.
-
-        Raises :class:`InvalidOptionError` for an unknown mode or a malformed pattern.
+    def parse(cls, lift: str | Sequence[str] = "auto", keep: Sequence[str] = ()) -> LiftPolicy:
+        """Build a policy from the ``lift`` and ``keep`` backend options as
+        :func:`simaccel.options.parse_options` returns them: ``lift`` is "auto", "off" or
+        a sequence of patterns, ``keep`` a sequence of patterns. Their form is validated
+        there, once; a malformed pattern still raises :class:`InvalidOptionError` here.
         """
-        keep_patterns = tuple(SourcePattern.parse(p, "keep") for p in _as_list(keep, "keep"))
-        if isinstance(lift, str):
-            if lift in ("auto", "off"):
-                return cls(lift, (), keep_patterns)
-            raise InvalidOptionError(
-                f"lift: {lift!r} is not 'auto', 'off' or a list of source patterns "
-                f"such as [{_EXAMPLES}]")
-        patterns = tuple(SourcePattern.parse(p, "lift") for p in _as_list(lift, "lift"))
+        keep_patterns = tuple(SourcePattern.parse(p, "keep") for p in keep)
+        if lift in ("auto", "off"):
+            return cls(str(lift), (), keep_patterns)
+        patterns = tuple(SourcePattern.parse(p, "lift") for p in lift)
         return cls("patterns", patterns, keep_patterns)
 
     def decide(self, source_name: str) -> str | None:
@@ -154,9 +154,3 @@ class LiftPolicy:
             return "not named by a lift pattern"
         return None
 
-
-def _as_list(value: object, option: str) -> Sequence[object]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise InvalidOptionError(
-            f"{option}: expected a list of source patterns, got {value!r}")
-    return list(value)

@@ -4,69 +4,74 @@ A real accelerator can map pinned host memory into its address space (CUDA mappe
 memory, unified memory on integrated parts): a kernel then reads the buffer across the
 bus instead of the runtime copying it into device memory first. That pays off for a large
 input read once, by one kernel; an input read several times would cross the bus each
-time. The decision is taken once per program and device config, from the program's
-structure alone (this module knows nothing of torch).
+time. The decision is taken once, at compile time, from the program's structure and the
+inputs' pinned facts (this module knows nothing of torch).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from simaccel.errors import SimAccelError
-
-if TYPE_CHECKING:  # program.py imports this module
-    from simaccel.runtime.program import ProgramSpec
+from simaccel.runtime.spec import InputPlan, Placement, Step
 
 
-def host_mapped_inputs(spec: "ProgramSpec", streamed: list[tuple[int, str]],
-                       min_bytes: int) -> dict[int, str]:
-    """The per-call inputs (argument index -> buffer) a kernel reads in place.
+def place_mapped_inputs(inputs: Sequence[InputPlan], steps: Sequence[Any],
+                        output_buffers: Iterable[str], nbytes: Mapping[str, int],
+                        min_bytes: int) -> tuple[InputPlan, ...]:
+    """``inputs`` with every copied input a kernel can read in place turned into a mapped
+    one (the decision, taken once at compile time).
 
-    ``streamed``: the (argument index, buffer) inputs copied in on every call (not
-    resident); ``min_bytes``: ``DeviceConfig.host_map_min_bytes`` (bytes; 0 maps nothing).
-    An input qualifies when it is at least ``min_bytes`` large, C-contiguous on the host,
-    planned for a direct (aligned) DMA, read by exactly one kernel and by no host fallback,
-    written by no step and not itself a graph output (its device copy would be read back
-    after the call)."""
+    ``steps``: the program's steps in order, anything with ``reads``, ``writes`` and
+    ``on_device`` (kernel IR or runtime steps); ``output_buffers``: buffers read back after
+    the call; ``nbytes``: buffer sizes (bytes); ``min_bytes``:
+    ``DeviceConfig.host_map_min_bytes`` (0 maps nothing). A copied input qualifies when it
+    is at least ``min_bytes`` large, C-contiguous on the host, pinned aligned (a direct
+    DMA), read by exactly one kernel and by no host step, written by no step and not itself
+    a graph output (its device copy would be read back after the call)."""
     if min_bytes <= 0:
-        return {}
-    readers, untouchable = _kernel_readers(spec)
-    untouchable |= {out.buffer for out in spec.outputs if out is not None}
-    return {index: name for index, name in streamed
-            if spec.buffers[name].nbytes >= min_bytes
-            and spec.aligned_inputs.get(index) is True and index in spec.contiguous_inputs
-            and readers.get(name) == 1 and name not in untouchable}
+        return tuple(inputs)
+    readers, untouchable = _kernel_readers(steps)
+    untouchable |= set(output_buffers)
+
+    def qualifies(plan: InputPlan) -> bool:
+        return (plan.placement is Placement.COPIED and plan.aligned is True
+                and plan.contiguous and nbytes[plan.buffer] >= min_bytes
+                and readers.get(plan.buffer) == 1 and plan.buffer not in untouchable)
+
+    return tuple(dataclasses.replace(p, placement=Placement.MAPPED) if qualifies(p) else p
+                 for p in inputs)
 
 
-def _kernel_readers(spec: "ProgramSpec") -> tuple[dict[str, int], set[str]]:
-    """(buffer -> number of kernels launched on it, buffers no kernel may read in place:
-    those a host step touches or any step may write)."""
-    from simaccel.runtime.program import LaunchStep  # program.py imports this module
-
+def _kernel_readers(steps: Sequence[Any]) -> tuple[dict[str, int], set[str]]:
+    """(buffer -> number of kernels reading it, buffers no kernel may read in place:
+    those a host step touches or any step writes)."""
     readers: dict[str, int] = {}
     untouchable: set[str] = set()
-    for step in spec.steps:
-        if not isinstance(step, LaunchStep):
-            untouchable.update(step.reads, step.writes)
+    for step in steps:
+        untouchable.update(step.writes)
+        if not step.on_device:
+            untouchable.update(step.reads)
             continue
-        for name in set(step.buffers):
+        for name in step.reads:
             readers[name] = readers.get(name, 0) + 1
-        untouchable.update(step.buffers if step.writes is None else step.writes)
     return readers, untouchable
 
 
-def mapped_steps(spec: "ProgramSpec", streamed: list[tuple[int, str]],
-                 mapped: dict[int, str]) -> list[tuple[int, list[int]]]:
+def mapped_steps(steps: Sequence[Step], streamed: Sequence[InputPlan]
+                 ) -> list[tuple[int, list[int]]]:
     """(step index, positions in ``streamed`` of the mapped inputs it reads) of every
     kernel that reads a host-mapped input: those launches are bound to the host arrays."""
-    position = {name: k for k, (index, name) in enumerate(streamed) if index in mapped}
-    steps = []
-    for k, step in enumerate(spec.steps):
-        reads = sorted({position[b] for b in getattr(step, "buffers", ()) if b in position})
+    position = {p.buffer: k for k, p in enumerate(streamed) if p.placement is Placement.MAPPED}
+    found = []
+    for k, step in enumerate(steps):
+        reads = sorted({position[b] for b in step.reads if b in position})
         if reads:
-            steps.append((k, reads))
-    return steps
+            found.append((k, reads))
+    return found
 
 
 def check_mapped(index: int, name: str, host: np.ndarray, dtype: np.dtype, numel: int) -> None:

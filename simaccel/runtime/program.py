@@ -1,12 +1,13 @@
-"""A compiled graph on the device: a memory plan and an ordered list of steps.
+"""A compiled graph on the device: a frozen :class:`~simaccel.runtime.spec.ProgramSpec`,
+its memory plan, and the per-call executor.
 
-Each call: one workspace block is taken from the caching allocator (every input,
-intermediate and output buffer has a planned offset in it), inputs are DMA'd host to
-device (a large input only one kernel reads is host-mapped instead: that kernel reads the
-host array in place, see :mod:`simaccel.runtime.hostmap`), lifted scalars go to the
-resident constant bank (one transfer, and only when a value changed), kernels run on
-device buffers, outputs are DMA'd back, and the workspace is freed. Constants
-(``get_attr`` tensors) stay resident across calls.
+Each call: the program's workspace block (every input, intermediate and output buffer
+has a planned offset in it) is taken from the caching allocator at the first call and
+kept; inputs are DMA'd host to device as their :class:`~simaccel.runtime.spec.InputPlan`
+says (copied, host-mapped: read in place by their one kernel, or resident: uploaded again
+only when they changed), lifted scalars go to the resident constant bank (one transfer,
+and only when a value changed), kernels run on device buffers, outputs are DMA'd back.
+Constants (``get_attr`` tensors) stay resident across calls.
 
 This module knows nothing of torch: buffers are numpy arrays over device memory.
 """
@@ -16,7 +17,6 @@ import functools
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -25,195 +25,111 @@ from simaccel.dma import Descriptor
 from simaccel.errors import SimAccelError
 from simaccel.runtime.constbank import ConstantBank
 from simaccel.runtime.device import Device
-from simaccel.runtime.hostmap import check_mapped, host_mapped_inputs, mapped_steps
+from simaccel.runtime.hostmap import check_mapped, mapped_steps
 from simaccel.runtime.memory import Block
 from simaccel.runtime.planner import MemoryPlan, PlanBuffer, plan_memory
+from simaccel.runtime.resident import BoundWorkspace, ResidentState
+from simaccel.runtime.spec import (BufferDecl, HostStep, InputPlan, LaunchStep, OutputDecl,
+                                   Placement, ProgramSpec, Step)
 
-@dataclass
-class BufferDecl:
-    """A device buffer: dtype (numpy name), element count, kind
-    (input, scalar, constant, temp)."""
-
-    name: str
-    dtype: str
-    numel: int
-    kind: str
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * np.dtype(self.dtype).itemsize
+__all__ = ["BufferDecl", "HostStep", "InputPlan", "LaunchStep", "OutputDecl", "Placement",
+           "Program", "ProgramSpec", "build_plan"]
 
 
-@dataclass
-class LaunchStep:
-    """Launch ``fn(*buffers, *params)`` on device buffers; ``flops``/``nbytes`` feed the
-    roofline timing model. ``writes``: the buffers the kernel stores to; None when unknown
-    (it may write any of its buffers)."""
-
-    name: str
-    fn: Callable[..., Any]
-    buffers: list[str]
-    params: list[Any]
-    flops: float
-    nbytes: float
-    writes: list[str] | None = None
-
-
-@dataclass
-class HostStep:
-    """Run ``fn(views)`` on the host (a fallback op); ``reads`` are copied device to host
-    first and ``writes`` host to device after, by DMA."""
-
-    name: str
-    fn: Callable[[dict[str, np.ndarray]], None]
-    reads: list[str]
-    writes: list[str]
-
-
-@dataclass
-class OutputDecl:
-    """Graph output: a strided view (elements) of a device buffer."""
-
-    buffer: str
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    offset: int
-    dtype: str
-
-
-@dataclass
-class ProgramSpec:
-    buffers: dict[str, BufferDecl]
-    steps: list[LaunchStep | HostStep]
-    tensor_inputs: list[tuple[int, str]]  # (argument index, buffer)
-    scalar_inputs: list[tuple[int, str]]
-    constants: dict[str, np.ndarray]
-    outputs: list[OutputDecl | None]
-    name: str = "graph"
-    #: DMA plan by argument index: True = direct descriptor, False = staged; inputs not
-    #: listed are checked per call.
-    aligned_inputs: dict[int, bool] = field(default_factory=dict)
-    #: argument indices of tensor inputs whose host layout is C-contiguous (pinned by the
-    #: frame's tensor guards): only those can be read in place (host-mapped)
-    contiguous_inputs: frozenset[int] = frozenset()
-
-
-def step_buffers(step: LaunchStep | HostStep) -> list[str]:
-    return step.buffers if isinstance(step, LaunchStep) else step.reads + step.writes
-
-
-def build_plan(spec: ProgramSpec, alignment: int, resident: frozenset[str] = frozenset()
-               ) -> MemoryPlan:
-    """Offsets of the per-call buffers by liveness over the step list (``resident``
-    buffers live in blocks of their own, or in host memory when host-mapped, and take no
-    workspace)."""
+def build_plan(spec: ProgramSpec) -> MemoryPlan:
+    """Offsets of the per-call buffers by liveness over the step list, each step's
+    declared ``reads`` and ``writes``. Resident and host-mapped inputs take no workspace
+    (they live in blocks of their own, or in host memory), nor do constants and scalars."""
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     n = len(spec.steps)
-    for _, name in spec.tensor_inputs:
-        first[name] = 0
-        last[name] = 0
+    for plan in spec.inputs_placed(Placement.COPIED):
+        first[plan.buffer] = last[plan.buffer] = 0
     for k, step in enumerate(spec.steps, start=1):
-        for name in step_buffers(step):
+        for name in (*step.reads, *step.writes):
             first.setdefault(name, k)
             last[name] = k
     for out in spec.outputs:
         if out is not None:
             first.setdefault(out.buffer, n + 1)
             last[out.buffer] = n + 1
-    buffers = [PlanBuffer(name, decl.nbytes, first.get(name, 0), last.get(name, 0))
+    off_workspace = {p.buffer for p in spec.inputs_placed(Placement.RESIDENT, Placement.MAPPED)}
+    buffers = [PlanBuffer(name, decl.nbytes, first[name], last[name])
                for name, decl in spec.buffers.items()
                if decl.kind not in ("constant", "scalar") and name in first
-               and name not in resident]
-    return plan_memory(buffers, alignment)
+               and name not in off_workspace]
+    return plan_memory(buffers, spec.alignment)
 
 
 class Program:
     """Runs a :class:`ProgramSpec` on a :class:`Device`. Calls are serialised per program
-    (its resident constant bank is shared state); different programs run concurrently."""
+    (its resident constant bank is shared state); different programs run concurrently.
+    Memory is planned once, here."""
 
     def __init__(self, device: Device, spec: ProgramSpec):
         self.device = device
         self.spec = spec
+        _check_alignment(spec, device)
+        self.plan = build_plan(spec)
+        device.count("memory_plans")
         self._lock = threading.Lock()
-        self._resident: dict[str, Any] = {}
+        self._state = ResidentState()
         self._generation = -1
-        #: (workspace offset, views) of the workspace in use; None after it changed
-        self._view_cache: tuple[int, dict[str, Any]] | None = None
-        self._bank = ConstantBank([(i, n, np.dtype(spec.buffers[n].dtype))
-                                   for i, n in spec.scalar_inputs])
-        self._resident_inputs: dict[int, str] = {}  # argument index -> buffer
-        self._split_inputs()
-        self._resident_keys: dict[str, Any] = {}
+        self._bound: BoundWorkspace | None = None
+        self._bank = ConstantBank([(p.index, p.buffer, np.dtype(p.dtype))
+                                   for p in spec.inputs_placed(Placement.BANK)])
+        self._resident_inputs = spec.inputs_placed(Placement.RESIDENT)
+        #: the inputs moved in on every call (copied or mapped), in argument order
+        self._streamed = spec.inputs_placed(Placement.COPIED, Placement.MAPPED)
+        self._streamed_labels = [p.buffer for p in self._streamed]
+        mapped = [p.placement is Placement.MAPPED for p in self._streamed]
+        #: per streamed input: mapped or copied (None: all copied, the engine's fast path)
+        self._mapped_flags = mapped if any(mapped) else None
+        self._mapped_steps = mapped_steps(spec.steps, self._streamed)
         self._durations: list[float] = []
         self._kernel_wall_ns = 0
-        self._launches_per_call = sum(isinstance(st, LaunchStep) for st in spec.steps)
-        self._finalizer = weakref.finalize(self, _free_resident, self._resident)
+        self._launches_per_call = sum(step.on_device for step in spec.steps)
+        self._finalizer = weakref.finalize(self, self._state.free)
         device.register_program(self)
-
-    def set_resident_inputs(self, indices: set[int]) -> None:
-        """Keep these tensor inputs (parameters, buffers) resident on the device: uploaded
-        once, and again only when the key passed with a call changes."""
-        by_index = dict(self.spec.tensor_inputs)
-        with self._lock:
-            self._resident_inputs = {i: by_index[i] for i in sorted(indices) if i in by_index}
-            self._split_inputs()
 
     @property
     def host_mapped(self) -> dict[int, str]:
         """The inputs (argument index -> buffer) a kernel reads in place from host memory."""
-        return dict(self._mapped)
+        return {p.index: p.buffer for p in self._streamed if p.placement is Placement.MAPPED}
 
-    def _split_inputs(self) -> None:
-        """Sort the per-call inputs into copied and host-mapped ones and plan the workspace
-        (resident and mapped inputs take none of it): at construction, after
-        :meth:`set_resident_inputs` and after a reconfigure changed the mapping threshold."""
-        spec, config = self.spec, self.device.config
-        #: (argument index, buffer) of the inputs moved in on every call (copied or mapped)
-        self._streamed_inputs = [(i, n) for i, n in spec.tensor_inputs
-                                 if i not in self._resident_inputs]
-        self._streamed_labels = [name for _, name in self._streamed_inputs]
-        self._map_min_bytes = config.host_map_min_bytes
-        self._mapped = host_mapped_inputs(spec, self._streamed_inputs, self._map_min_bytes)
-        #: per streamed input: mapped or copied (None: all copied, the engine's fast path)
-        self._mapped_flags = [i in self._mapped for i, _ in self._streamed_inputs] \
-            if self._mapped else None
-        self._mapped_steps = mapped_steps(spec, self._streamed_inputs, self._mapped)
-        #: (position in the streamed list, argument index, buffer, dtype, elements) of each
-        #: mapped input, checked on every call
-        self._mapped_meta = [(p, i, n, np.dtype(spec.buffers[n].dtype), spec.buffers[n].numel)
-                             for p, (i, n) in enumerate(self._streamed_inputs)
-                             if i in self._mapped]
-        off_workspace = {*self._resident_inputs.values(), *self._mapped.values()}
-        self.plan = build_plan(spec, config.alignment, frozenset(off_workspace))
-        self._view_cache = None
+    @property
+    def bank_inputs(self) -> frozenset[int]:
+        """Argument indices of the scalars packed into the constant bank."""
+        return frozenset(p.index for p in self.spec.inputs_placed(Placement.BANK))
+
+    @property
+    def resident_inputs(self) -> frozenset[int]:
+        """Argument indices of the inputs kept resident on the device."""
+        return frozenset(p.index for p in self._resident_inputs)
 
     # ------------------------------------------------------------------ resident state
 
     def _ensure_resident(self) -> None:
         """Upload constants and create the constant bank (again after a reconfigure)."""
         device = self.device
-        if self._generation == device.generation:
-            return
-        _free_resident(self._resident)
-        self._view_cache = None
-        self._resident_keys.clear()
-        if device.config.host_map_min_bytes != self._map_min_bytes:
-            self._split_inputs()
-        nbytes = sum(self.spec.buffers[n].nbytes for n in self.spec.constants)
-        nbytes += self._bank.nbytes + device.config.alignment * (len(self.spec.constants) + 1)
-        block = device.allocator.malloc(nbytes)
-        self._resident.update(allocator=device.allocator, block=block, views={}, inputs=[])
-        offset = block.offset
+        _check_alignment(self.spec, device)
+        self._state.free()
+        self._bound = None
+        state = self._state
+        constants = self.spec.constants
+        nbytes = sum(self.spec.buffers[n].nbytes for n in constants)
+        nbytes += self._bank.nbytes + device.config.alignment * (len(constants) + 1)
+        state.allocator = device.allocator
+        state.block = device.allocator.malloc(nbytes)
+        offset = state.block.offset
         descs = []
-        for name, host in self.spec.constants.items():
+        for name, host in constants.items():
             decl = self.spec.buffers[name]
             view = device.memory.view(offset, np.dtype(decl.dtype), decl.numel)
-            self._resident["views"][name] = view
+            state.views[name] = view
             descs.append(Descriptor(np.ascontiguousarray(host).reshape(-1), view, "h2d", name))
             offset = _align(offset + decl.nbytes, device.config.alignment)
-        self._resident["bank"] = device.memory.view(offset, np.dtype(np.uint8),
-                                                     self._bank.nbytes)
+        state.bank = device.memory.view(offset, np.dtype(np.uint8), self._bank.nbytes)
         self._bank.valid = False
         if descs:
             device.dma.submit(descs)
@@ -222,9 +138,6 @@ class Program:
         self._durations = [device.kernel_time_ns(st.flops, st.nbytes)
                            if isinstance(st, LaunchStep) else 0.0 for st in self.spec.steps]
         self._generation = device.generation
-
-    def _bank_views(self) -> dict[str, np.ndarray]:
-        return self._bank.views(self._resident["bank"])
 
     # ------------------------------------------------------------------ per call
 
@@ -241,10 +154,10 @@ class Program:
             if self._generation != device.generation:
                 self._ensure_resident()
             ready = self._upload_resident(args, resident_keys) if self._resident_inputs else 0.0
-            views = self._views(self._workspace())
-            ready = max(ready, self._upload(views, args, data_ptrs))
-            end = self._launch_all(views, ready)
-            self._download(views, host_outputs, end)
+            bound = self._bind_workspace(self._workspace())
+            ready = max(ready, self._upload(bound, args, data_ptrs))
+            end = self._launch_all(bound, ready)
+            self._download(bound, host_outputs, end)
         device.count_call(self._launches_per_call, self._kernel_wall_ns)
 
     def _workspace(self) -> Block:
@@ -253,7 +166,7 @@ class Program:
         Like an XLA executable's temp buffer it is allocated at the first call and kept
         until the program is garbage collected; under memory pressure the device asks idle
         programs to give theirs back before it reports out-of-memory."""
-        block = self._resident.get("workspace")
+        block = self._state.workspace
         if block is None:
             # One OOM is counted only if the request fails after idle programs gave back
             # their workspaces, as PyTorch counts one per OOM raised to the user.
@@ -261,7 +174,7 @@ class Program:
             if block is None:
                 self.device.release_idle_workspaces(keep=self)
                 block = self.device.allocator.malloc(self.plan.total_bytes)
-            self._resident["workspace"] = block
+            self._state.workspace = block
         return block
 
     def release_workspace(self) -> int:
@@ -269,109 +182,113 @@ class Program:
         if not self._lock.acquire(blocking=False):
             return 0
         try:
-            block = self._resident.pop("workspace", None)
+            block, self._state.workspace = self._state.workspace, None
             if block is None:
                 return 0
-            self._resident["allocator"].free(block)
-            self._view_cache = None
+            self._state.allocator.free(block)
+            self._bound = None
             return block.size
         finally:
             self._lock.release()
 
-    def _views(self, block: Block) -> dict[str, Any]:
-        if self._view_cache is not None and self._view_cache[0] == block.offset:
-            return self._view_cache[1]
+    def _bind_workspace(self, block: Block) -> BoundWorkspace:
+        """Views of every buffer in ``block`` and the launches bound to them (made once
+        per block; a kernel reading a host-mapped input is bound per call, later)."""
+        if self._bound is not None and self._bound.offset == block.offset:
+            return self._bound
         memory = self.device.memory
-        views: dict[str, Any] = dict(self._resident["views"])
-        views.update(self._bank_views())
+        views: dict[str, np.ndarray] = dict(self._state.views)
+        views.update(self._bank.views(self._state.bank))
         for name, off in self.plan.offsets.items():
             decl = self.spec.buffers[name]
             views[name] = memory.view(block.offset + off, np.dtype(decl.dtype), decl.numel)
-        views[_OUTPUT_COPIES] = [(k, _output_view(views, out), out.buffer)
-                                 for k, out in enumerate(self.spec.outputs) if out is not None]
-        views[_INPUT_DSTS] = [views.get(name) for _, name in self._streamed_inputs]
         mapped = {k for k, _ in self._mapped_steps}
-        views[_STEP_ARGS] = [_unbound if k in mapped else
-                             _bind(step.fn, [views[b] for b in step.buffers] + list(step.params))
-                             if isinstance(step, LaunchStep) else None
-                             for k, step in enumerate(self.spec.steps)]
-        views[_MAPPED_KEYS] = {}  # step index -> data pointers its launch is bound to
-        self._view_cache = (block.offset, views)
-        return views
+        launches = [_unbound if k in mapped else
+                    _bind(step.fn, [views[b] for b in step.buffers] + list(step.params))
+                    if isinstance(step, LaunchStep) else None
+                    for k, step in enumerate(self.spec.steps)]
+        self._bound = BoundWorkspace(
+            block.offset, views,
+            [(k, _output_view(views, out), out.buffer)
+             for k, out in enumerate(self.spec.outputs) if out is not None],
+            [views.get(p.buffer) for p in self._streamed], launches)
+        return self._bound
 
-    def _upload(self, views: dict[str, np.ndarray], args: list[Any],
+    def _upload(self, bound: BoundWorkspace, args: list[Any],
                 data_ptrs: list[int] | None) -> float:
         """DMA the per-call tensor inputs (one scatter-gather submit) and, if a lifted
         scalar changed, the constant bank (one descriptor); returns when both are done (ns)."""
         dma = self.device.dma
         end = 0.0
-        if self._streamed_inputs:
-            srcs = [args[index] for index, _ in self._streamed_inputs]
-            staged = [not self._aligned(index, name, host, data_ptrs)
-                      for (index, name), host in zip(self._streamed_inputs, srcs)]
-            dsts = views[_INPUT_DSTS]
+        if self._streamed:
+            srcs = [args[p.index] for p in self._streamed]
+            staged = [not self._aligned(p, host, data_ptrs)
+                      for p, host in zip(self._streamed, srcs)]
+            dsts = bound.input_dsts
             if not all(host.size for host in srcs):  # empty inputs: nothing to address
-                dsts = [d if h.size else d[:0] for d, h in zip(dsts, srcs)]
+                dsts = [d if h.size or d is None else d[:0] for d, h in zip(dsts, srcs)]
             if self._mapped_flags is not None:
-                self._bind_mapped(views, srcs, data_ptrs)
+                self._bind_mapped(bound, srcs, data_ptrs)
             # mapped inputs ride in the same submit: one h2d transfer per call
             end = dma.copy_many("h2d", srcs, dsts, self._streamed_labels, staged=staged,
                                 mapped=self._mapped_flags)
-        if self.spec.scalar_inputs and self._bank.pack(args):
-            bank = self._resident["bank"]
-            end = max(end, dma.copy_one("const", self._bank.host, bank, "constant bank"))
+        if self._bank.slots and self._bank.pack(args):
+            end = max(end, dma.copy_one("const", self._bank.host, self._state.bank,
+                                        "constant bank"))
         return end
 
-    def _bind_mapped(self, views: dict[str, Any], srcs: list[np.ndarray],
+    def _bind_mapped(self, bound: BoundWorkspace, srcs: list[np.ndarray],
                      data_ptrs: list[int] | None) -> None:
         """Bind each launch that reads a host-mapped input to this call's host arrays, unless
         it is bound to the same addresses already (a caller passing the same tensor every
         call binds nothing after the first). The bound launch keeps its arrays alive, so an
         address seen again is the same live memory."""
-        for p, index, name, dtype, numel in self._mapped_meta:
-            check_mapped(index, name, srcs[p], dtype, numel)
-        launches, bound = views[_STEP_ARGS], views[_MAPPED_KEYS]
+        for pos, plan in enumerate(self._streamed):
+            if plan.placement is Placement.MAPPED:
+                decl = self.spec.buffers[plan.buffer]
+                check_mapped(plan.index, plan.buffer, srcs[pos], np.dtype(decl.dtype), decl.numel)
         for k, positions in self._mapped_steps:
-            key = tuple(_data_ptr(self._streamed_inputs[p][0], srcs[p], data_ptrs)
-                        for p in positions)
-            if bound.get(k) == key:
+            key = tuple(_data_ptr(self._streamed[p].index, srcs[p], data_ptrs) for p in positions)
+            if bound.mapped_keys.get(k) == key:
                 continue
             # kernels take flat arrays: a view of the (checked C-contiguous) host array
-            hosts = {self._streamed_inputs[p][1]: srcs[p].reshape(-1) for p in positions}
+            hosts = {self._streamed[p].buffer: srcs[p].reshape(-1) for p in positions}
             step = self.spec.steps[k]
-            launches[k] = _bind(step.fn, [hosts[b] if b in hosts else views[b]
-                                          for b in step.buffers] + list(step.params))
-            bound[k] = key
+            bound.launches[k] = _bind(step.fn, [hosts[b] if b in hosts else bound.views[b]
+                                                for b in step.buffers] + list(step.params))
+            bound.mapped_keys[k] = key
 
-    def _aligned(self, index: int, name: str, host: np.ndarray,
-                 data_ptrs: list[int] | None) -> bool:
+    def _aligned(self, plan: InputPlan, host: np.ndarray, data_ptrs: list[int] | None) -> bool:
         """True if the input can take a direct descriptor (its address is a multiple of
-        ``DeviceConfig.alignment``); it must agree with the program's DMA plan."""
+        ``DeviceConfig.alignment``); it must agree with the plan where a guard pins it."""
         if not host.size:  # an empty tensor moves nothing: its pointer is not in the plan
             return True
-        aligned = _data_ptr(index, host, data_ptrs) % self.device.config.alignment == 0
-        planned = self.spec.aligned_inputs.get(index)
-        if planned is not None and planned != aligned:
+        aligned = _data_ptr(plan.index, host, data_ptrs) % self.spec.alignment == 0
+        if plan.aligned is not None and plan.aligned != aligned:
             raise SimAccelError(
-                f"input {index} ({name}) was compiled for a {'direct' if planned else 'staged'} "
-                f"DMA but is {'' if aligned else 'mis'}aligned now; the alignment guard should "
+                f"input {plan.index} ({plan.buffer}) was compiled for a "
+                f"{'direct' if plan.aligned else 'staged'} DMA but is "
+                f"{'' if aligned else 'mis'}aligned now; the alignment guard should "
                 f"have recompiled this graph (please report this)")
         return aligned
 
     def _upload_resident(self, args: list[Any], keys: dict[int, Any] | None) -> float:
         """Upload resident inputs whose key changed (first call, in-place update, new
-        tensor); one scatter-gather submit for all of them."""
+        tensor); one scatter-gather submit for all of them. Their alignment is checked
+        here, at each upload, not per call."""
         keys = keys or {}
         srcs, dsts, labels, staged = [], [], [], []
-        for index, name in self._resident_inputs.items():
-            key = keys.get(index)
-            if key is not None and self._resident_keys.get(name) == key:
+        known = self._state.keys
+        for plan in self._resident_inputs:
+            key = keys.get(plan.index)
+            if key is not None and known.get(plan.buffer) == key:
                 continue
-            srcs.append(args[index])
-            dsts.append(self._resident_view(name))
-            labels.append(name)
-            staged.append(not self._aligned(index, name, args[index], None))
-            self._resident_keys[name] = key
+            host = args[plan.index]
+            srcs.append(host)
+            dsts.append(self._resident_view(plan.buffer))
+            labels.append(plan.buffer)
+            staged.append(not self._aligned(plan, host, None))
+            known[plan.buffer] = key
         if not srcs:
             return 0.0
         self.device.count("resident_uploads", len(srcs))
@@ -379,22 +296,22 @@ class Program:
         return self.device.dma.copy_many("h2d", srcs, dsts, labels, staged=staged)
 
     def _resident_view(self, name: str) -> np.ndarray:
-        views = self._resident["views"]
+        views = self._state.views
         if name not in views:
             decl = self.spec.buffers[name]
             block = self.device.allocator.malloc(decl.nbytes)
-            self._resident["inputs"].append(block)
+            self._state.input_blocks.append(block)
             views[name] = self.device.memory.view(block.offset, np.dtype(decl.dtype), decl.numel)
-            self._view_cache = None
+            self._bound = None
         return views[name]
 
-    def _launch_all(self, views: dict[str, Any], ready_ns: float) -> float:
+    def _launch_all(self, bound: BoundWorkspace, ready_ns: float) -> float:
         device = self.device
         schedule = device.dma.schedule_compute
         clock = time.perf_counter_ns
         end = ready_ns
         wall = 0
-        for step, launch, duration in zip(self.spec.steps, views[_STEP_ARGS], self._durations):
+        for step, launch, duration in zip(self.spec.steps, bound.launches, self._durations):
             if launch is not None:
                 with device.compute_lock:
                     t0 = clock()
@@ -402,11 +319,11 @@ class Program:
                     wall += clock() - t0
                 end = schedule(step.name, duration, end)[1]
             else:
-                end = self._run_host(step, views, end)
+                end = self._run_host(step, bound.views, end)
         self._kernel_wall_ns = wall
         return end
 
-    def _run_host(self, step: HostStep, views: dict[str, np.ndarray], ready_ns: float) -> float:
+    def _run_host(self, step: Step, views: dict[str, np.ndarray], ready_ns: float) -> float:
         """A fallback op: its operands go device->host and its results host->device."""
         dma = self.device.dma
         host = {name: np.empty_like(views[name]) for name in step.reads}
@@ -419,10 +336,9 @@ class Program:
         self.device.count("host_fallback_ops")
         return end
 
-    def _download(self, views: dict[str, Any], host_outputs: list[Any],
-                  ready_ns: float) -> None:
+    def _download(self, bound: BoundWorkspace, host_outputs: list[Any], ready_ns: float) -> None:
         srcs, dsts, labels = [], [], []
-        for k, src, label in views[_OUTPUT_COPIES]:
+        for k, src, label in bound.output_copies:
             host = host_outputs[k]
             if host is not None and host.size:
                 srcs.append(src)
@@ -432,8 +348,14 @@ class Program:
             self.device.dma.copy_many("d2h", srcs, dsts, labels, not_before_ns=ready_ns)
 
 
-#: (output position, strided device view, buffer name) of every tensor output
-_OUTPUT_COPIES = "__output_copies__"
+def _check_alignment(spec: ProgramSpec, device: Device) -> None:
+    """A program's memory plan and DMA facts are made for one alignment (the frame's
+    ``simaccel.device_config`` guard recompiles when it changes)."""
+    if spec.alignment != device.config.alignment:
+        raise SimAccelError(
+            f"{spec.name} was planned for a device alignment of {spec.alignment} bytes, but "
+            f"the device now uses {device.config.alignment}; call the compiled function "
+            f"again so its device-config guard recompiles it, or restore the config")
 
 
 def _bind(fn: Callable[..., Any], args: list[Any]) -> Callable[[], Any]:
@@ -442,10 +364,6 @@ def _bind(fn: Callable[..., Any], args: list[Any]) -> Callable[[], Any]:
     (a native object: C pointers) does so in its ``bind``."""
     bind = getattr(fn, "bind", None)
     return bind(*args) if bind is not None else functools.partial(fn, *args)
-_STEP_ARGS = "__step_args__"
-_INPUT_DSTS = "__input_dsts__"
-#: step index -> the host data pointers (bytes) its host-mapped launch is bound to
-_MAPPED_KEYS = "__mapped_keys__"
 
 
 def _unbound() -> None:
@@ -459,10 +377,8 @@ def _data_ptr(index: int, host: np.ndarray, data_ptrs: list[int] | None) -> int:
     return data_ptrs[index] if data_ptrs is not None else host.__array_interface__["data"][0]
 
 
-def _output_view(views: dict[str, Any], out: OutputDecl | None) -> np.ndarray | None:
+def _output_view(views: dict[str, Any], out: OutputDecl) -> np.ndarray:
     """The strided device view a graph output is copied back from."""
-    if out is None:
-        return None
     base = views[out.buffer]
     item = base.itemsize
     return np.lib.stride_tricks.as_strided(base[out.offset:], out.shape,
@@ -471,17 +387,3 @@ def _output_view(views: dict[str, Any], out: OutputDecl | None) -> np.ndarray | 
 
 def _align(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
-
-
-def _free_resident(resident: dict[str, Any]) -> None:
-    """Free the resident blocks (at garbage collection or before a re-upload)."""
-    allocator = resident.pop("allocator", None)
-    blocks = [resident.pop("block", None), resident.pop("workspace", None),
-              *resident.pop("inputs", [])]
-    for block in blocks:
-        if block is not None and allocator is not None:
-            try:
-                allocator.free(block)
-            except Exception:  # the allocator was replaced by a reconfigure: nothing to free
-                pass
-    resident.clear()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -24,6 +25,9 @@ def test_quick_bench_writes_json_and_png(tmp_path):
     proc = _simaccel(*QUICK_ARGS, "--json", str(out_json), "--plot", str(out_png))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "targets:" in proc.stdout and "[" in proc.stderr  # table on stdout, progress on stderr
+    load = re.search(r"load average (\S+) -> (\S+)$", proc.stdout.splitlines()[0])
+    assert load and all(re.fullmatch(r"None|\d+(\.\d{1,2})?", v) for v in load.groups()), \
+        proc.stdout.splitlines()[0]  # rounded to 2 decimals
     data = json.loads(out_json.read_text())
     changed = data["results"]["simaccel"]["scalar/float_arg[dynamic=False]"]
     assert changed["recompiles"] == 0 and changed["median_s"] > 0
@@ -41,11 +45,11 @@ def test_quick_bench_writes_json_and_png(tmp_path):
     (["bench", "--threads", "0"], "positive integer"),
     (["bench", "--scenarios", "no-such-scenario", "--backends", "eager"], "no scenario matches"),
 ])
-def test_bench_errors_are_one_line_and_exit_2(args, needle):
-    proc = _simaccel(*args, timeout=120)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert needle in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+def test_bench_errors_are_one_line_and_exit_2(args, needle, run_cli):
+    status, stderr = run_cli(*args)
+    assert status == 2, stderr[-2000:]
+    assert needle in stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
 
 
 def test_plot_without_matplotlib_is_one_line_and_exit_2(tmp_path):

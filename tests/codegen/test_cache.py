@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from tests.codegen.child import run_child_program
-from simaccel.codegen.cache import KernelCache
-from simaccel.errors import SimAccelError
+from simaccel.codegen.cache import KernelCache, numba_cache_dirs
+from simaccel.errors import CacheDirectoryError, SimAccelError
 
 SOURCE = textwrap.dedent("""\
     import numba
@@ -71,12 +71,27 @@ def test_cache_directory_is_private(tmp_path):
     np.testing.assert_array_equal(_run(loaded.fn), np.arange(5) * 2 + 1)
 
 
-def test_group_writable_directory_is_tightened(tmp_path):
+@pytest.mark.parametrize("mode", [0o770, 0o777, 0o1777])
+def test_directory_others_can_write_is_refused(tmp_path, mode):
+    """Issue 18: code others could have planted is never loaded; the error names the path
+    and the way out, and nothing is written there."""
     root = tmp_path / "cache"
-    root.mkdir(mode=0o777)
-    os.chmod(root, 0o777)
+    root.mkdir()
+    os.chmod(root, mode)
+    with pytest.raises(CacheDirectoryError, match="writable by other users") as info:
+        KernelCache(root).load(SOURCE, SIG)
+    assert str(root) in str(info.value) and "SIMACCEL_CACHE_DIR" in str(info.value)
+    assert list(root.iterdir()) == []
+    assert stat.S_IMODE(root.stat().st_mode) == mode  # refused, not silently re-moded
+
+
+def test_numba_pycache_is_private_too(tmp_path):
+    root = tmp_path / "cache"
     KernelCache(root).load(SOURCE, SIG)
-    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    assert stat.S_IMODE((root / "__pycache__").stat().st_mode) == 0o700
+    os.chmod(root / "__pycache__", 0o777)
+    with pytest.raises(CacheDirectoryError, match="__pycache__"):
+        KernelCache(root).load(SOURCE, SIG)
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to hand the directory to another user")
@@ -105,8 +120,11 @@ def test_damaged_module_is_rewritten_and_recompiled(tmp_path, damage, caplog):
 
 
 def test_corrupt_numba_cache_file_is_purged_and_recompiled(tmp_path, caplog):
-    KernelCache(tmp_path).load(SOURCE, SIG)
-    for entry in (tmp_path / "__pycache__").glob("*.nbc"):
+    loaded = KernelCache(tmp_path).load(SOURCE, SIG)
+    entries = [e for d in numba_cache_dirs(loaded.path)
+               for e in d.rglob(f"{loaded.path.stem}.*.nbc")]
+    assert entries, "numba cached nothing for the kernel"
+    for entry in entries:
         entry.write_bytes(b"\x80garbage")
     again = KernelCache(tmp_path).load(SOURCE, SIG)
     np.testing.assert_array_equal(_run(again.fn), np.arange(5) * 2 + 1)

@@ -95,3 +95,34 @@ def test_copy_one_equals_copy_many_of_one_pair():
     assert comparable(a.trace_events()) == comparable(b.trace_events())
     with pytest.raises(ValueError, match="kind"):
         a.copy_one("upward", src, dst_a, "bank")
+
+
+def test_a_bad_descriptor_stops_the_submit_like_a_bad_pair_stops_copy_many():
+    by_submit, by_copy_many = make_engine(), make_engine()
+    srcs = [np.ones(8, np.uint8), np.zeros(3, np.uint8)]
+    bad = Descriptor(srcs[1], np.zeros(3, np.uint8), "h2d", "bad")
+    bad.dst = np.zeros(4, np.uint8)  # made bad after the descriptor checked it
+    good_dst = np.zeros(8, np.uint8)
+    with pytest.raises(ValueError, match="'bad'") as from_submit:
+        by_submit.submit([Descriptor(srcs[0], good_dst, "h2d", "good"), bad])
+    with pytest.raises(ValueError, match="'bad'") as from_copy_many:
+        by_copy_many.copy_many("h2d", srcs, [np.zeros(8, np.uint8), np.zeros(4, np.uint8)],
+                               ["good", "bad"])
+    assert str(from_submit.value) == str(from_copy_many.value)
+    np.testing.assert_array_equal(good_dst, srcs[0])
+    assert by_submit.stats() == by_copy_many.stats()
+    assert by_submit.stats()["descriptors"] == 1
+    assert comparable(by_submit.trace_events()) == comparable(by_copy_many.trace_events())
+    # the cursor moved past the good copy only: the next copy takes channel 1 in both
+    assert by_submit.copy_one("h2d", srcs[0], good_dst, "next") == 108.0
+    assert by_copy_many.copy_one("h2d", srcs[0], good_dst, "next") == 108.0
+
+
+def test_a_descriptor_and_copy_many_refuse_a_mismatch_with_one_message():
+    src, dst = np.zeros(4, np.float32), np.zeros(4, np.int32)
+    with pytest.raises(ValueError) as made:
+        Descriptor(src, dst, "h2d", "x")
+    with pytest.raises(ValueError) as copied:
+        make_engine().copy_many("h2d", [src], [dst], ["x"])
+    assert str(made.value) == str(copied.value)
+    assert "float32" in str(made.value) and "int32" in str(made.value)

@@ -138,3 +138,23 @@ def test_empty_submit_and_threads():
     st = eng.stats()
     assert st["h2d.transfers"] == 800 and st["h2d.bytes"] == 8000
     assert st["busy_ns"] == pytest.approx(800 * 110.0)
+
+
+def test_a_submit_mixing_kinds_is_placed_in_order_and_counts_one_transfer_per_kind():
+    eng = make_engine(channels=2)
+    f32 = np.ones(2, np.float32)
+    done = eng.submit([h2d(16, "a"), Descriptor(np.ones(32, np.uint8), np.zeros(32, np.uint8),
+                                                "const", "bank", staged=True),
+                       h2d(8, "b", staged=True), h2d(0, "empty"),
+                       Descriptor(f32, np.zeros(2, np.float32), "d2h", "out", staged=True)])
+    assert [(t.channel, t.start_ns, t.end_ns) for t in done.timings] == [
+        (0, 0.0, 116.0), (1, 0.0, 132.0), (0, 116.0, 224.0), (1, 132.0, 232.0),
+        (0, 224.0, 332.0)]
+    st = eng.stats()
+    assert (st["h2d.transfers"], st["h2d.bytes"]) == (1, 24)  # a, b and empty: one transfer
+    assert (st["const.transfers"], st["const.bytes"]) == (1, 32)
+    assert (st["d2h.transfers"], st["d2h.bytes"]) == (1, 8)
+    assert (st["staged.transfers"], st["staged.bytes"]) == (3, 48)  # one per kind that staged
+    assert (st["descriptors"], st["bursts"]) == (5, 4)
+    assert [e.name for e in eng.trace_events()] == [
+        "h2d a", "const bank", "h2d b", "h2d empty", "d2h out"]

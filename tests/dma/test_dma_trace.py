@@ -42,3 +42,6 @@ def test_trace_ring_is_bounded():
     events = eng.trace_events()
     assert [e.name for e in events] == ["k3", "k4", "k5", "k6", "k7"]
     assert eng.chrome_trace()["otherData"]["dropped_events"] == 3
+    eng.reset_stats()
+    eng.schedule_compute("k8", 1.0)
+    assert eng.chrome_trace()["otherData"]["dropped_events"] == 0

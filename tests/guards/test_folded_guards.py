@@ -203,10 +203,11 @@ def test_report_lists_the_nan_guard_of_a_lifted_float() -> None:
 def test_without_a_shape_env_guard_frame_checks_stay_separate() -> None:
     """Fallback: a frame whose SHAPE_ENV guard cannot be swapped (here: removed by the
     test's backend) gets its device-config check as a root lambda of its own."""
-    from simaccel.guards import device_guards, dynamo
+    from simaccel.guards import device_guards
+    from simaccel.guards.dynamo.frame import output_graph
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        guards = dynamo._output_graph().guards
+        guards = output_graph().guards
         for guard in [g for g in guards if g.create_fn_name() == "SHAPE_ENV"]:
             guards.inner.discard(guard)
         device_guards(gm, example_inputs, simaccel.get_device())

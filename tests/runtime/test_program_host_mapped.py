@@ -1,7 +1,8 @@
-"""Host-mapped inputs at the runtime level: which inputs a Program reads in place, its
-workspace plan without them, binding to the host arrays, the per-call checks, and the
-decision taken again after set_resident_inputs and a reconfigure. Programs are built by
-hand from numpy kernels; results are compared with numpy."""
+"""Host-mapped inputs at the runtime level: which inputs the compile-time decision
+(:func:`place_mapped_inputs`) lets a kernel read in place, the Program's workspace plan
+without them, binding to the host arrays, the per-call checks, and the decision staying
+part of the frozen spec. Programs are built by hand from numpy kernels; results are
+compared with numpy."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,8 +12,10 @@ import simaccel.runtime.program as program_module
 from simaccel.errors import SimAccelError
 from simaccel.runtime.config import DeviceConfig
 from simaccel.runtime.device import Device
-from simaccel.runtime.program import (BufferDecl, HostStep, LaunchStep, OutputDecl, Program,
-                                      ProgramSpec)
+from simaccel.runtime.hostmap import place_mapped_inputs
+from simaccel.runtime.program import Program
+from simaccel.runtime.spec import (BufferDecl, HostStep, InputPlan, LaunchStep, OutputDecl,
+                                   Placement, ProgramSpec)
 
 N = 1024  # float32 elements: 4096 bytes
 MIN_BYTES = 4096
@@ -27,18 +30,20 @@ def add_one(z: np.ndarray, x: np.ndarray) -> None:
 
 
 def make_spec(steps: list, outputs: tuple[str, ...] = ("y",), aligned: bool | None = True,
-              contiguous: bool = True) -> ProgramSpec:
+              contiguous: bool = True, min_bytes: int = MIN_BYTES,
+              placement: Placement = Placement.COPIED) -> ProgramSpec:
+    """A spec whose input ``x`` is placed as the compile-time decision places it."""
     buffers = {name: BufferDecl(name, "float32", N, "input" if name == "x" else "temp")
                for name in ("x", "y", "z")}
-    outs = [OutputDecl(name, (N,), (1,), 0, "float32") for name in outputs]
-    return ProgramSpec(buffers, steps, [(0, "x")], [], {}, outs,
-                       aligned_inputs={} if aligned is None else {0: aligned},
-                       contiguous_inputs=frozenset({0}) if contiguous else frozenset())
+    outs = tuple(OutputDecl(name, (N,), (1,), 0, "float32") for name in outputs)
+    inputs = (InputPlan(0, "x", placement, "float32", aligned, contiguous),)
+    inputs = place_mapped_inputs(inputs, steps, outputs, {"x": N * 4}, min_bytes)
+    return ProgramSpec("graph", buffers, tuple(steps), inputs, {}, outs, alignment=64)
 
 
-def reading_x(writes: list[str] | None = ("y",)) -> LaunchStep:
-    return LaunchStep("scale", scale, ["y", "x"], [], N, 8 * N,
-                      None if writes is None else list(writes))
+def reading_x(writes: tuple[str, ...] = ("y",)) -> LaunchStep:
+    return LaunchStep("scale", scale, ("y", "x"), (), N, 8 * N, frozenset({"x"}),
+                      frozenset(writes))
 
 
 def aligned_array(values: np.ndarray, alignment: int = 64) -> np.ndarray:
@@ -63,7 +68,7 @@ def run(program: Program, x: np.ndarray) -> np.ndarray:
 def test_a_large_input_read_by_one_kernel_is_read_in_place():
     device = make_device()
     program = Program(device, make_spec([reading_x()]))
-    copied = Program(make_device(0), make_spec([reading_x()]))
+    copied = Program(make_device(0), make_spec([reading_x()], min_bytes=0))
     assert program.host_mapped == {0: "x"} and copied.host_mapped == {}
     assert "x" not in program.plan.offsets and "x" in copied.plan.offsets
     assert program.plan.total_bytes == copied.plan.total_bytes - N * 4
@@ -76,19 +81,19 @@ def test_a_large_input_read_by_one_kernel_is_read_in_place():
     assert device.runtime_stats()["kernel_launches"] == 3
 
 
-@pytest.mark.parametrize("case", ["kernel_may_write_it", "kernel_writes_it", "two_kernels",
-                                  "host_step_reads_it", "graph_output", "staged_plan",
-                                  "unplanned", "not_contiguous", "small"])
+@pytest.mark.parametrize("case", ["kernel_writes_it", "two_kernels", "host_step_reads_it",
+                                  "graph_output", "staged_plan", "unplanned", "not_contiguous",
+                                  "small", "resident"])
 def test_inputs_that_are_copied_as_before(case):
     steps, outputs, aligned, min_bytes, contiguous = [reading_x()], ("y",), True, MIN_BYTES, True
-    if case == "kernel_may_write_it":
-        steps = [reading_x(writes=None)]  # writes unknown: any of its buffers
-    elif case == "kernel_writes_it":
-        steps = [reading_x(writes=["y", "x"])]
+    placement = Placement.COPIED
+    if case == "kernel_writes_it":
+        steps = [reading_x(writes=("y", "x"))]
     elif case == "two_kernels":
-        steps.append(LaunchStep("add_one", add_one, ["z", "x"], [], N, 8 * N, ["z"]))
+        steps.append(LaunchStep("add_one", add_one, ("z", "x"), (), N, 8 * N, frozenset({"x"}),
+                                frozenset({"z"})))
     elif case == "host_step_reads_it":
-        steps.append(HostStep("host", lambda h: add_one(h["z"], h["x"]), ["x"], ["z"]))
+        steps.append(HostStep("host", lambda h: add_one(h["z"], h["x"]), ("x",), ("z",)))
     elif case == "graph_output":
         outputs = ("y", "x")
     elif case == "staged_plan":
@@ -97,12 +102,14 @@ def test_inputs_that_are_copied_as_before(case):
         aligned = None  # alignment decided per call: no plan to rely on
     elif case == "not_contiguous":
         contiguous = False  # a strided host layout: the copy gathers it
+    elif case == "resident":
+        placement = Placement.RESIDENT  # uploaded once, never mapped
     else:
         min_bytes = N * 4 + 1
     device = make_device(min_bytes)
-    program = Program(device, make_spec(steps, outputs, aligned, contiguous))
+    program = Program(device, make_spec(steps, outputs, aligned, contiguous, min_bytes, placement))
     assert program.host_mapped == {}
-    assert "x" in program.plan.offsets
+    assert ("x" in program.plan.offsets) == (placement is Placement.COPIED)
     x = aligned_array(np.arange(N, dtype=np.float32))
     if not aligned:
         x = np.arange(N + 1, dtype=np.float32)[1:]  # what a staged plan is compiled for
@@ -142,19 +149,31 @@ def test_a_mapped_input_breaking_the_compiled_layout_raises():
             run(program, bad)
 
 
-def test_mapping_is_decided_again_after_residency_and_reconfigure():
+def test_mapping_is_part_of_the_frozen_spec_and_kept_across_a_reconfigure():
+    """The decision is taken at compile time; a reconfigure (the frame's device-config
+    guard recompiles a frame for the new threshold) re-uploads but does not re-plan."""
     device = make_device()
     program = Program(device, make_spec([reading_x()]))
+    plan = program.plan
     x = aligned_array(np.arange(N, dtype=np.float32))
     np.testing.assert_array_equal(run(program, x), x * 2.0)
     device.reconfigure(device.config.replace(host_map_min_bytes=0))
     np.testing.assert_array_equal(run(program, x), x * 2.0)
-    assert program.host_mapped == {} and "x" in program.plan.offsets
-    device.reconfigure(device.config.replace(host_map_min_bytes=MIN_BYTES))
-    np.testing.assert_array_equal(run(program, x), x * 2.0)
-    assert program.host_mapped == {0: "x"}
-    program.set_resident_inputs({0})  # resident inputs are uploaded once, never mapped
-    np.testing.assert_array_equal(run(program, x), x * 2.0)
-    assert program.host_mapped == {}
+    assert program.host_mapped == {0: "x"} and program.plan is plan
     assert device.dma_stats()["h2d.mapped_reads"] == 2
-    assert device.runtime_stats()["resident_uploads"] == 1
+    assert device.runtime_stats()["memory_plans"] == 1
+
+
+def test_a_spec_planned_for_another_alignment_is_refused_with_the_reason():
+    device = make_device()
+    program = Program(device, make_spec([reading_x()]))
+    x = aligned_array(np.arange(N, dtype=np.float32))
+    run(program, x)
+    device.reconfigure(device.config.replace(alignment=128))
+    with pytest.raises(SimAccelError, match="planned for a device alignment of 64 bytes.*128"):
+        run(program, x)
+    device.reconfigure(device.config.replace(alignment=64))
+    np.testing.assert_array_equal(run(program, x), x * 2.0)  # usable again
+    with pytest.raises(SimAccelError, match="alignment"):
+        Program(Device(DeviceConfig(memory_bytes=1 << 22, alignment=128)),
+                make_spec([reading_x()]))

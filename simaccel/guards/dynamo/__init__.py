@@ -1,0 +1,65 @@
+"""The one place in simaccel that reaches into torch's private modules.
+
+``torch._dynamo``, ``torch._guards``, ``torch._functorch``, ``torch._decomp``,
+``torch._subclasses`` and ``torch._logging`` are used here and nowhere else; callers use
+the names below (``from simaccel.guards import dynamo; dynamo.value_guard_sites()``). Most
+of it runs *inside* a backend's CompilerFn, while Dynamo compiles a frame.
+
+Modules, by concern:
+
+* :mod:`.version`: the supported torch and the private names relied on (checked loudly).
+* :mod:`.frame`: the frame being compiled: sources, their values, graph inputs, value
+  guards; per-trace objects (:class:`~.frame.SlotsPerTrace`).
+* :mod:`.guard_text`: the frame's guards and shape-env predicates as readable text.
+* :mod:`.retrace`: the re-trace request, config patching, frame-state seeding and the
+  end-of-compile undo (:class:`~.retrace.RetracesPerCompile`).
+* :mod:`.lifted`: what the re-traced graph made of the requested scalars.
+* :mod:`.unliftable`: sources a frame cannot lift, per code object for the process
+  (:class:`~.unliftable.UnliftablePerCode`) and on disk.
+* :mod:`.install`: installing guards: lambda guards, frame expressions, the folded
+  SIMACCEL_SHAPE_ENV check, SymInt range guards.
+* :mod:`.values`: module-state tensors, size hints, leaving fake-tensor mode.
+* :mod:`.aot`: AOTAutograd: its entry point, decomposition tables, whether its runtime
+  wrapper is needed, what a backward graph's inputs are in the forward graph.
+* :mod:`.logs`: the ``simaccel`` log in torch's logging system.
+* :mod:`.errors`: simaccel's errors reach the user unwrapped (not in
+  ``BackendCompilerFailed``).
+
+Lifetimes of the state kept here: a re-trace request lives for one compile of a frame, a
+trace slot for one trace (OutputGraph), an unliftable source for the process (until
+``torch._dynamo.reset()``).
+"""
+from simaccel.guards.dynamo.aot import (
+    aot_module_simplified, backward_input_origins, core_aten_decomposition_table,
+    decompositions_for, runtime_wrapper_needed,
+)
+from simaccel.guards.dynamo.frame import (
+    VALUE_GUARDS, current_compile_id, eval_frame_expression, frame_slot, frame_value,
+    graph_inputs, in_resume_frame, resolve_source, value_guard_sites,
+)
+from simaccel.guards.dynamo.errors import errors_reach_user
+from simaccel.guards.dynamo.guard_text import readable_guards, symbol_predicates
+from simaccel.guards.dynamo.install import (
+    SIMACCEL_GUARD, SIMACCEL_SHAPE_ENV, guard_symint_range, install_frame_expression,
+    install_lambda_guard,
+)
+from simaccel.guards.dynamo.lifted import inspect_lifted, scalar_inputs
+from simaccel.guards.dynamo.logs import register_torch_logs
+from simaccel.guards.dynamo.retrace import pending_retrace, request_retrace
+from simaccel.guards.dynamo.unliftable import remember_unliftable, unliftable
+from simaccel.guards.dynamo.values import (
+    has_static_address, is_module_state, size_hint, unset_fake_temporarily,
+)
+from simaccel.guards.dynamo.version import SUPPORTED_TORCH_VERSION, assert_supported_torch
+
+__all__ = [
+    "SIMACCEL_GUARD", "SIMACCEL_SHAPE_ENV", "SUPPORTED_TORCH_VERSION", "VALUE_GUARDS",
+    "aot_module_simplified", "assert_supported_torch", "backward_input_origins", "core_aten_decomposition_table",
+    "current_compile_id", "decompositions_for", "errors_reach_user", "eval_frame_expression", "frame_slot",
+    "frame_value", "graph_inputs", "guard_symint_range", "has_static_address",
+    "in_resume_frame", "inspect_lifted", "install_frame_expression", "install_lambda_guard",
+    "is_module_state", "pending_retrace", "readable_guards", "register_torch_logs",
+    "remember_unliftable", "request_retrace", "resolve_source", "runtime_wrapper_needed",
+    "scalar_inputs", "size_hint", "symbol_predicates", "unliftable", "unset_fake_temporarily",
+    "value_guard_sites",
+]

@@ -1,0 +1,119 @@
+"""AOTAutograd for the backend: its entry point, the ATen decompositions it applies, and
+whether its runtime wrapper is needed.
+
+``torch._functorch`` and ``torch._decomp`` are private modules; the backend reaches them
+through these names (``aot_module_simplified`` is the entry point torch's own backends
+use, re-exported as it is).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch.fx
+from torch._functorch.aot_autograd import aot_module_simplified
+
+__all__ = ["aot_module_simplified", "core_aten_decomposition_table", "decompositions_for",
+           "runtime_wrapper_needed"]
+
+
+def decompositions_for(ops: Iterable[Any]) -> dict[Any, Callable[..., Any]]:
+    """torch's decompositions of ``ops`` (ATen overload packets or overloads), by overload
+    (``torch._decomp.get_decompositions``)."""
+    from torch._decomp import get_decompositions
+    return get_decompositions(list(ops))
+
+
+def core_aten_decomposition_table() -> dict[Any, Callable[..., Any]]:
+    """The ATen part of ``torch._decomp.core_aten_decompositions()``.
+
+    That table also lists every CompositeImplicitAutograd op (for torch.export), and
+    finding them walks all of ATen (~50 ms of a warm compile); AOTAutograd decomposes those
+    ops by dispatch anyway. The part after autograd is a private function of
+    ``torch._decomp``; another torch gets the whole public table.
+    """
+    try:
+        from torch._decomp import _core_aten_decompositions_post_autograd
+    except ImportError:  # pragma: no cover - other torch versions
+        from torch._decomp import core_aten_decompositions
+        return dict(core_aten_decompositions())
+    return _core_aten_decompositions_post_autograd()
+
+
+def runtime_wrapper_needed(frame_gm: torch.fx.GraphModule, graph: torch.fx.GraphModule,
+                           frame_inputs: int, autocast: bool) -> str | None:
+    """Why the inference graph AOTAutograd is compiling needs AOTAutograd's runtime
+    wrapper around it, or None when calling it directly with the frame's arguments is
+    exactly what the wrapper would do. Call it inside the inference compiler; ``autocast``:
+    whether autocast was on when Dynamo called the backend (AOTAutograd turns it off while
+    it traces, so it cannot be read here).
+
+    The wrapper (~8 us a call on the 2-core machine: two Dynamo-disable frames, grad-mode
+    and autocast switches, output handling) exists for input mutations, outputs that alias
+    inputs or each other, effect tokens, tensor subclasses, functionalized RNG, parameters
+    the module holds itself, inputs AOTAutograd deduplicated, and autocast (the graph has
+    its casts baked in, so torch ops run by host fallbacks or library kernels must not
+    autocast again). Its metadata (``ViewAndMutationMeta``) is AOTAutograd's private state.
+    """
+    from torch._dynamo.utils import GmWrapper
+    from torch._guards import TracingContext
+    meta = getattr(TracingContext.try_get(), "fw_metadata", None)
+    placeholders = sum(1 for n in graph.graph.nodes if n.op == "placeholder")
+    checks = (
+        (meta is None, "AOTAutograd gave no graph metadata"),
+        (isinstance(frame_gm, GmWrapper), "Dynamo passes this frame's inputs boxed"),
+        (placeholders != frame_inputs,
+         "the graph's inputs are not the frame's (module-held parameters or deduplicated "
+         "inputs)"),
+        (autocast, "autocast is enabled"),
+    )
+    for failed, reason in checks:
+        if failed:
+            return reason
+    return _metadata_reason(meta)
+
+
+def _metadata_reason(meta: Any) -> str | None:
+    """What in AOTAutograd's ``ViewAndMutationMeta`` needs the wrapper, or None."""
+    from torch._functorch._aot_autograd.schemas import OutputType, SubclassCreationMeta
+    if any(i.mutates_data or i.mutates_metadata for i in meta.input_info):
+        return "the graph mutates an input"
+    if any(o.output_type != OutputType.non_alias for o in meta.output_info) \
+            or meta.num_intermediate_bases:
+        return "an output aliases an input or another output"
+    if meta.tokens or meta.is_rng_op_functionalized \
+            or any(isinstance(m, SubclassCreationMeta) for m in meta.subclass_inp_meta):
+        return "effect tokens, functionalized RNG or a tensor subclass input"
+    return None
+
+
+# AOTAutograd's partitioner (torch 2.13, ``torch/_functorch/partitioners.py``) keeps node
+# names across the split: a saved value is a forward output and a backward placeholder of
+# the same name; a saved forward input keeps its ``primals_N`` name; grad outputs are
+# ``tangents_N``.
+def backward_input_origins(forward: torch.fx.GraphModule, backward: torch.fx.GraphModule
+                           ) -> list[tuple[str, int]]:
+    """Per backward placeholder: ``("forward_input", k)`` for the forward graph's input
+    ``k``, ``("forward_output", j)`` for its output ``j`` (a saved value), or
+    ``("tangent", -1)`` / ``("unknown", -1)``."""
+    inputs = {n.name: k for k, n in enumerate(
+        n for n in forward.graph.nodes if n.op == "placeholder")}
+    output = next(n for n in reversed(forward.graph.nodes) if n.op == "output")
+    values = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    outputs: dict[str, int] = {}
+    for j, value in enumerate(values):
+        if isinstance(value, torch.fx.Node):
+            outputs.setdefault(value.name, j)
+    origins = []
+    for node in backward.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        if node.name in inputs:
+            origins.append(("forward_input", inputs[node.name]))
+        elif node.name in outputs:
+            origins.append(("forward_output", outputs[node.name]))
+        elif node.name.startswith("tangents"):
+            origins.append(("tangent", -1))
+        else:
+            origins.append(("unknown", -1))
+    return origins

@@ -1,0 +1,129 @@
+"""One decision per graph input: from the facts the frame's guards pin to the
+:class:`~simaccel.runtime.spec.InputPlan` records a program is built from.
+
+Facts (:class:`InputFacts`, by position in a graph's inputs) come from three places and
+nowhere else:
+
+* the frame's device guards (:class:`simaccel.guards.DevicePlanFacts`): alignment of
+  host tensors, residency of parameters and static-address tensors, int slot widths;
+* AOTAutograd's forward graph: the frame module's own parameters come first (resident);
+* for a backward graph, what each input is in the forward graph
+  (:func:`simaccel.guards.dynamo.backward_input_origins`): a forward input inherits its
+  facts, a saved forward output is a host tensor simaccel allocated itself (aligned, its
+  layout fixed at compile time), a tangent is checked per call.
+
+:func:`plan_inputs` then decides each input's placement once (bank, resident, copied or
+host-mapped) for the lowered graph. Adding a device-side input feature means: a field of
+``InputPlan``, the line here that decides it, and the runtime step that uses it.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from simaccel.codegen.dtypes import storage_dtype
+from simaccel.codegen.graph import LoweredGraph
+from simaccel.guards import dynamo
+from simaccel.runtime.hostmap import place_mapped_inputs
+from simaccel.runtime.spec import InputPlan, Placement
+
+#: alignment (bytes) of every CPU tensor torch allocates (c10's ``gAlignment``): the host
+#: outputs simaccel allocates are aligned to it.
+HOST_ALLOCATION_ALIGNMENT = 64
+
+
+@dataclass(frozen=True)
+class InputFacts:
+    """What compile time knows of one graph input. ``aligned``: pinned by a guard (None:
+    not pinned, checked per call); ``int_bits``: constant-bank slot width of an int."""
+
+    resident: bool = False
+    aligned: bool | None = None
+    int_bits: int = 64
+
+
+def frame_input_facts(device_facts: Any, count: int) -> list[InputFacts]:
+    """Facts of the frame's ``count`` graph inputs from its device guards
+    (:class:`simaccel.guards.DevicePlanFacts`; None: nothing pinned)."""
+    facts = [InputFacts() for _ in range(count)]
+    if device_facts is None:
+        return facts
+    for index, fact in device_facts.inputs.items():
+        facts[index] = InputFacts(resident=bool(fact.get("resident", False)),
+                                  aligned=fact.get("aligned"),
+                                  int_bits=int(fact.get("int_bits", 64)))
+    return facts
+
+
+def forward_input_facts(frame: list[InputFacts], frame_gm: torch.fx.GraphModule,
+                        forward: torch.fx.GraphModule) -> list[InputFacts]:
+    """The frame's facts for an AOTAutograd forward graph: the frame module's own
+    parameters and buffers (lifted first by AOTAutograd) are resident. Inputs that do not
+    line up with the frame's get no pinned fact."""
+    lifted = sum(1 for _ in frame_gm.parameters()) + sum(1 for _ in frame_gm.buffers())
+    count = _placeholder_count(forward)
+    if count != lifted + len(frame):
+        return [InputFacts() for _ in range(count)]
+    return [InputFacts(resident=True) for _ in range(lifted)] + list(frame)
+
+
+def backward_input_facts(forward_facts: Sequence[InputFacts], forward: torch.fx.GraphModule,
+                         backward: torch.fx.GraphModule, alignment: int) -> list[InputFacts]:
+    """Facts of a backward graph's inputs, from what each is in the forward graph."""
+    own_outputs_aligned = True if alignment <= HOST_ALLOCATION_ALIGNMENT else None
+    facts = []
+    for kind, position in dynamo.backward_input_origins(forward, backward):
+        if kind == "forward_input" and position < len(forward_facts):
+            facts.append(forward_facts[position])
+        elif kind == "forward_output":
+            facts.append(InputFacts(aligned=own_outputs_aligned))
+        else:  # a tangent, or an input whose origin is unknown: nothing pinned
+            facts.append(InputFacts())
+    return facts
+
+
+def bank_dtypes(facts: Sequence[InputFacts]) -> dict[int, str]:
+    """Constant-bank slot dtype of each int input that fits 32 bits (by position)."""
+    return {i: "int32" for i, fact in enumerate(facts) if fact.int_bits == 32}
+
+
+def plan_inputs(lowered: LoweredGraph, facts: Sequence[InputFacts], example_inputs: list[Any],
+                alignment: int, host_map_min_bytes: int) -> tuple[InputPlan, ...]:
+    """The :class:`InputPlan` of every graph input of ``lowered`` (constants excluded),
+    decided once: scalars go to the constant bank; resident facts stay resident; every
+    other tensor is copied, or host-mapped where :func:`place_mapped_inputs` allows."""
+    plans = []
+    for spec in lowered.inputs:
+        if spec.index < 0:  # a graph constant (get_attr): uploaded once with the program
+            continue
+        fact = facts[spec.index] if spec.index < len(facts) else InputFacts()
+        if spec.scalar:
+            placement, aligned = Placement.BANK, None
+        else:
+            placement = Placement.RESIDENT if fact.resident else Placement.COPIED
+            aligned = fact.aligned
+        plans.append(InputPlan(spec.index, spec.buffer, placement,
+                               storage_dtype(lowered.buffers[spec.buffer].dtype), aligned,
+                               _c_contiguous(example_inputs[spec.index])))
+    nbytes = {p.buffer: lowered.buffers[p.buffer].numel * np.dtype(p.dtype).itemsize
+              for p in plans}
+    outputs = [o.layout.buffer for o in lowered.outputs if hasattr(o, "layout")]
+    return place_mapped_inputs(plans, lowered.steps, outputs, nbytes, host_map_min_bytes)
+
+
+def _c_contiguous(value: Any) -> bool:
+    """True for a tensor laid out in C order with static sizes and strides (strides of
+    size-1 dims do not count, as for numpy's flag); Dynamo's tensor guard pins them."""
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+        return False
+    if not all(type(v) is int for v in (*value.shape, *value.stride())):
+        return False  # symbolic: not known for every call (and asking would add a guard)
+    return value.is_contiguous()
+
+
+def _placeholder_count(gm: torch.fx.GraphModule) -> int:
+    return sum(1 for n in gm.graph.nodes if n.op == "placeholder")

@@ -1,0 +1,67 @@
+"""What a program keeps on the device between calls, and the per-workspace bindings.
+
+:class:`ResidentState` holds a program's device blocks (constants and constant bank in
+one block, a block per resident input, the workspace) so they can be freed together,
+at garbage collection or when a reconfigure replaced device memory.
+:class:`BoundWorkspace` holds everything a call needs that depends only on where the
+workspace block is: buffer views, output and input copy lists, bound kernel launches.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from simaccel.runtime.memory import Block
+
+
+@dataclass
+class ResidentState:
+    """A program's device memory that outlives a call."""
+
+    allocator: Any = None
+    #: constants and the constant bank, uploaded once per device generation
+    block: Block | None = None
+    #: the per-call buffers (planned offsets), kept between calls
+    workspace: Block | None = None
+    #: one block per resident input
+    input_blocks: list[Block] = field(default_factory=list)
+    #: device views of constants and resident inputs, by buffer name
+    views: dict[str, np.ndarray] = field(default_factory=dict)
+    #: the constant bank's device bytes
+    bank: np.ndarray | None = None
+    #: buffer -> content key of the resident input uploaded into it
+    keys: dict[str, Any] = field(default_factory=dict)
+
+    def free(self) -> None:
+        """Give every block back to the allocator it came from and forget the views."""
+        allocator = self.allocator
+        blocks = [self.block, self.workspace, *self.input_blocks]
+        for block in blocks:
+            if block is not None and allocator is not None:
+                try:
+                    allocator.free(block)
+                except Exception:  # the allocator was replaced by a reconfigure: nothing to free
+                    pass
+        self.allocator = self.block = self.workspace = self.bank = None
+        self.input_blocks.clear()
+        self.views.clear()
+        self.keys.clear()
+
+
+@dataclass
+class BoundWorkspace:
+    """A workspace block's views and launches, built once per block (the views never
+    change while it is kept)."""
+
+    offset: int  #: the workspace block's offset in device memory (bytes)
+    views: dict[str, np.ndarray]  #: every buffer's device view, by name
+    #: (output position, strided device view, buffer) of every tensor output
+    output_copies: list[tuple[int, np.ndarray, str]]
+    #: device destination of each streamed input (None for a mapped one)
+    input_dsts: list[np.ndarray | None]
+    #: per step: a zero-argument launch, or None for a host step
+    launches: list[Callable[[], Any] | None]
+    #: step index -> the host data pointers (bytes) its host-mapped launch is bound to
+    mapped_keys: dict[int, tuple[int, ...]] = field(default_factory=dict)

@@ -1,0 +1,140 @@
+"""The frozen hand-off from compile time to call time: a :class:`ProgramSpec`.
+
+Compile time decides everything about a graph once and writes it down here:
+
+* :class:`BufferDecl`: every device buffer (dtype, elements, kind).
+* :class:`LaunchStep` / :class:`HostStep`: the ordered steps, each declaring exactly the
+  buffers it ``reads`` and ``writes`` (liveness, planning and host mapping use only those).
+* :class:`InputPlan`: one record per graph input: how it reaches the device
+  (:class:`Placement`), whether its DMA is direct or staged, its host layout, its
+  constant-bank slot dtype.
+* :class:`OutputDecl`: where each graph output is read back from.
+
+:class:`~simaccel.runtime.program.Program` is built from a spec and plans memory once.
+This module knows nothing of torch.
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+
+from simaccel.errors import SimAccelError
+
+
+@dataclass(frozen=True)
+class BufferDecl:
+    """A device buffer: dtype (numpy name), element count, kind
+    (input, scalar, constant, temp)."""
+
+    name: str
+    dtype: str
+    numel: int
+    kind: str
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class LaunchStep:
+    """Launch ``fn(*buffers, *params)`` on device buffers (``buffers`` in argument order);
+    ``reads``/``writes``: exactly the buffers it loads from and stores to;
+    ``flops``/``nbytes`` feed the roofline timing model."""
+
+    name: str
+    fn: Callable[..., Any]
+    buffers: tuple[str, ...]
+    params: tuple[Any, ...]
+    flops: float
+    nbytes: float
+    reads: frozenset[str]
+    writes: frozenset[str]
+    on_device: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class HostStep:
+    """Run ``fn(views)`` on the host (a fallback op); ``reads`` are copied device to host
+    first and ``writes`` host to device after, by DMA (in this order)."""
+
+    name: str
+    fn: Callable[[dict[str, np.ndarray]], None]
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    on_device: ClassVar[bool] = False
+
+
+Step = LaunchStep | HostStep
+
+
+@dataclass(frozen=True)
+class OutputDecl:
+    """Graph output: a strided view (elements) of a device buffer."""
+
+    buffer: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+    dtype: str
+
+
+class Placement(enum.Enum):
+    """How a graph input reaches the device on a call."""
+
+    COPIED = "copied"      #: DMA'd into the workspace on every call
+    MAPPED = "mapped"      #: read in place from host memory by its one kernel
+    RESIDENT = "resident"  #: kept in device memory, uploaded again only when it changes
+    BANK = "bank"          #: a scalar packed into the resident constant bank
+
+
+@dataclass(frozen=True)
+class InputPlan:
+    """Everything the runtime needs to know about graph input ``index`` (its position in
+    the call's argument list), decided once at compile time from the facts the frame's
+    guards pin.
+
+    ``aligned``: True if its host address is a multiple of the device alignment (one
+    direct DMA descriptor), False if it must be staged, None if no guard pins it (checked
+    on every call). ``contiguous``: its host layout is C-contiguous (pinned by Dynamo's
+    tensor guard). ``dtype``: the buffer's numpy dtype (the slot dtype for a bank input).
+    """
+
+    index: int
+    buffer: str
+    placement: Placement
+    dtype: str
+    aligned: bool | None = None
+    contiguous: bool = False
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.placement is not Placement.BANK
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    """A compiled graph, ready to be loaded onto a device. ``alignment`` (bytes) is the
+    device alignment the inputs' facts and the memory plan are made for."""
+
+    name: str
+    buffers: Mapping[str, BufferDecl]
+    steps: tuple[Step, ...]
+    inputs: tuple[InputPlan, ...]
+    constants: Mapping[str, np.ndarray]
+    outputs: tuple[OutputDecl | None, ...]
+    alignment: int
+
+    def __post_init__(self) -> None:
+        for plan in self.inputs:
+            if plan.buffer not in self.buffers:
+                raise SimAccelError(f"{self.name}: input {plan.index} names an unknown "
+                                    f"buffer {plan.buffer!r}")
+
+    def inputs_placed(self, *placements: Placement) -> tuple[InputPlan, ...]:
+        """The input plans with one of ``placements``, in argument order."""
+        return tuple(p for p in self.inputs if p.placement in placements)
