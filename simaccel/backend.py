@@ -14,10 +14,14 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
+from simaccel.attention import ATTENTION_DECOMPOSITIONS
 from simaccel.codegen.compile import assemble
 from simaccel.codegen.graph import GraphLowering
-from simaccel.compiled import CompiledGraph, graph_outputs
-from simaccel.guards import prepare_frame
+from simaccel.codegen.sizes import data_dependent_symbols
+from simaccel.compiled import CompiledGraph, HostGraph, graph_outputs
+from simaccel.errors import UnsupportedOpError
+from simaccel.guards import dynamo, prepare_frame
+from simaccel.guards.buckets import bucket_guards
 from simaccel.guards.dynamo import (aot_module_simplified, core_aten_decomposition_table,
                                     decompositions_for, errors_reach_user,
                                     runtime_wrapper_needed, unset_fake_temporarily)
@@ -40,11 +44,16 @@ _EXTRA_DECOMPS = [
     aten.threshold_backward, aten._native_batch_norm_legit_functional,
     aten._native_batch_norm_legit_no_training, aten._native_batch_norm_legit,
     aten.native_batch_norm_backward, aten.embedding_dense_backward,
-    aten._scaled_dot_product_flash_attention_for_cpu, aten.hardtanh, aten.leaky_relu,
+    aten.hardtanh, aten.leaky_relu,
     aten.mse_loss, aten.mse_loss_backward, aten.nll_loss_forward, aten.nll_loss_backward,
     aten.addcmul, aten.addcdiv, aten.logit, aten.hardswish, aten.hardsigmoid, aten.elu,
     aten.softplus, aten.std, aten.var_mean, aten.linalg_vector_norm, aten.norm,
     aten.native_group_norm, aten.native_group_norm_backward,
+    # op coverage (issue 14): ops whose decomposition is pointwise, GEMM or gather work
+    aten.ldexp, aten.addmv, aten.dist, aten.grid_sampler_2d,
+    aten._batch_norm_with_update_functional, aten.batch_norm_backward,
+    aten.reflection_pad1d_backward, aten.reflection_pad2d_backward,
+    aten.reflection_pad3d_backward,
 ]
 
 
@@ -54,6 +63,7 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
     has already loaded torch's decompositions)."""
     table = dict(core_aten_decomposition_table())
     table.update(decompositions_for(_EXTRA_DECOMPS))
+    table.update(ATTENTION_DECOMPOSITIONS)  # torch's own returns a wrong logsumexp
     for op in (aten.var_mean.correction, aten.std.correction):
         table.pop(op, None)  # lowered directly (two-pass, float64 accumulation)
     return table
@@ -63,20 +73,25 @@ _GRAPH_IDS = itertools.count()
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: Options,
-                  kind: str, facts: list[InputFacts], guard_report: Any = None
-                  ) -> CompiledGraph:
+                  kind: str, facts: list[InputFacts], guard_report: Any = None,
+                  size_bounds: dict[str, int] | None = None) -> CompiledGraph:
     """Lower, compile and load one ATen graph onto the device. ``facts``: what compile
-    time knows of each input (:mod:`simaccel.input_plan`), by position."""
+    time knows of each input (:mod:`simaccel.input_plan`), by position; ``size_bounds``:
+    the bucket upper bound of each size symbol (static-shape mode)."""
     start = time.perf_counter()
+    guards_before = dynamo.shape_guard_count()
     device = get_device()
     config = device.config
     name = f"graph{next(_GRAPH_IDS)}_{kind}"
+    unbacked = data_dependent_symbols(gm)
+    if unbacked:
+        return _host_graph(gm, name, options, unbacked, guard_report)
     # AOTAutograd calls us under its FakeTensorMode; graph constants are real tensors.
     with unset_fake_temporarily():
         lowered = GraphLowering(gm, options.fallback, bank_dtypes(facts)).run(list(example_inputs))
         inputs = plan_inputs(lowered, facts, example_inputs, config.alignment,
                              config.host_map_min_bytes)
-        result = assemble(lowered, inputs, device, name)
+        result = assemble(lowered, inputs, device, name, size_bounds)
     program = Program(device, result.spec)
     device.count("graphs_compiled")
     plan = program.plan
@@ -87,11 +102,30 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
                      "naive_bytes": plan.naive_bytes},
         guards=guard_report, compile_ms=(time.perf_counter() - start) * 1e3,
         ops=sum(1 for n in gm.graph.nodes if n.op == "call_function"),
-        host_mapped=[(index, buf, result.spec.buffers[buf].nbytes)
-                     for index, buf in sorted(program.host_mapped.items())])
+        host_mapped=[(index, buf, program.traced_bytes(buf))
+                     for index, buf in sorted(program.host_mapped.items())],
+        size_symbols=[src.symbol for src in result.spec.symbols],
+        size_guards=dynamo.shape_guards_since(guards_before))
     add_report(report)
     log.debug("%s", report)
     return CompiledGraph(program, lowered.output_meta, graph_outputs(gm), report=report)
+
+
+def _host_graph(gm: torch.fx.GraphModule, name: str, options: Options, symbols: list[str],
+                guard_report: Any) -> HostGraph:
+    """A graph with data-dependent sizes runs on the host, reported with the reason: a
+    device program needs every size before a call starts (a program split at the ops that
+    produce such sizes is not built yet)."""
+    reason = (f"data-dependent size(s) {', '.join(symbols)} (x.item(), nonzero, masked "
+              f"indexing): the whole graph runs on the host")
+    if options.fallback == "error":
+        raise UnsupportedOpError(name, reason)
+    log.info("host fallback for %s: %s", name, reason)
+    ops = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    report = CompileReport(graph=name, host_fallbacks=[(name, reason)], guards=guard_report,
+                           ops=ops)
+    add_report(report)
+    return HostGraph(gm, ops, report)
 
 
 @errors_reach_user
@@ -101,6 +135,8 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     user unwrapped (:mod:`simaccel.guards.dynamo.errors`)."""
     opts = parse_options(options)
     guard_report = _prepare_guards(gm, example_inputs, opts)
+    bounds = bucket_guards(gm, example_inputs, opts.shape_buckets) if opts.shape_buckets \
+        else {}
     frame_facts = frame_input_facts(guard_report.device_plan, len(example_inputs))
     #: the forward graph and its input facts, for the backward graph AOTAutograd compiles next
     forward_seen: list[tuple[torch.fx.GraphModule, list[InputFacts]]] = []
@@ -108,12 +144,12 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     def fw_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
         facts = forward_input_facts(frame_facts, gm, graph)
         forward_seen.append((graph, facts))
-        return compile_graph(graph, inputs, opts, "forward", facts, guard_report)
+        return compile_graph(graph, inputs, opts, "forward", facts, guard_report, bounds)
 
     def bw_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
         forward, fw_facts = forward_seen[-1]
         facts = backward_input_facts(fw_facts, forward, graph, get_device().config.alignment)
-        return compile_graph(graph, inputs, opts, "backward", facts, guard_report)
+        return compile_graph(graph, inputs, opts, "backward", facts, guard_report, bounds)
 
     inference: list[tuple[CompiledGraph, str | None]] = []
     autocast = any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))

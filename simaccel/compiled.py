@@ -10,8 +10,13 @@ import torch.fx
 from simaccel.codegen.dtypes import (BANK_TORCH_DTYPES, NUMPY_TORCH_DTYPES, PLAIN_TORCH_DTYPES,
                                      byte_view)
 from simaccel.codegen.ir import contiguous_strides
+from simaccel.codegen.size_args import runtime_size, runtime_sizes
+from simaccel.codegen.sizes import is_symbolic
 from simaccel.guards import dynamo
+from simaccel.runtime.layout import MAX_LAYOUTS
+from simaccel.runtime.device import get_device
 from simaccel.runtime.program import Program
+from simaccel.runtime.sizes import SizeFunction
 
 
 class CompiledGraph:
@@ -27,9 +32,10 @@ class CompiledGraph:
         #: outputs the program does not compute: Python values, and graph inputs returned
         #: as they are (an ``(args) -> value`` callable)
         self.host_outputs = host_outputs
-        #: (shape, stride, dtype) of each tensor output the program writes, else None
-        self._out_specs = [None if k in host_outputs else _output_spec(m)
-                           for k, m in enumerate(output_meta)]
+        #: (shape, stride, dtype) of each tensor output the program writes, else None;
+        #: over dynamic sizes, made per size tuple
+        self._outputs = HostOutputs(output_meta, set(host_outputs),
+                                    [src.symbol for src in program.spec.symbols])
         #: argument indices kept resident (parameters, static-address tensors): decided at
         #: compile time, in the program's input plans
         self.resident = sorted(program.resident_inputs)
@@ -41,12 +47,14 @@ class CompiledGraph:
     def __call__(self, args: list[Any]) -> list[Any]:
         keys = {i: _content_key(args[i]) for i in self.resident} if self.resident else None
         host_args, data_ptrs = _host_arrays(args, self._scalar_indices)
+        layout = self.program.layout_for(host_args)
+        specs, scalars = self._outputs.at(layout.sizes)
         outputs = [None if spec is None else torch.empty_strided(spec[0], spec[1], dtype=spec[2])
-                   for spec in self._out_specs]
+                   for spec in specs]
         self.program.run(host_args, [None if o is None else _numpy_view(o) for o in outputs],
-                         keys, data_ptrs)
+                         keys, data_ptrs, layout)
         for index, value in self.host_outputs.items():
-            outputs[index] = value(args) if callable(value) else value
+            outputs[index] = value(args) if callable(value) else scalars.get(index, value)
         args.clear()
         return outputs
 
@@ -54,6 +62,28 @@ class CompiledGraph:
     def call_unboxed(self, *args: Any) -> list[Any]:
         """Dynamo's calling convention (positional arguments), for graphs Dynamo calls
         directly, without AOTAutograd's runtime wrapper."""
+        return self(list(args))
+
+
+class HostGraph:
+    """A graph run by torch on the host (boxed calling convention, like
+    :class:`CompiledGraph`), its ``ops`` counted as host fallback ops on every call."""
+
+    _boxed_call = True
+
+    def __init__(self, gm: torch.fx.GraphModule, ops: int, report: Any):
+        self.gm = gm
+        self.ops = ops
+        self.report = report
+
+    def __call__(self, args: list[Any]) -> list[Any]:
+        device = get_device()
+        device.count("host_fallback_ops", self.ops)
+        outputs = self.gm(*args)
+        args.clear()
+        return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+
+    def call_unboxed(self, *args: Any) -> list[Any]:
         return self(list(args))
 
 
@@ -98,22 +128,54 @@ def _host_array(value: Any) -> Any:
         if t.is_conj() or t.is_neg():
             t = t.resolve_conj().resolve_neg()
         return byte_view(t).numpy()
+    if value is None:  # an erased effect token (with_effects graphs): an empty input
+        return _NO_DATA
     return value
 
 
-def _output_spec(meta: Any) -> tuple | None:
-    """(shape, stride, dtype) to allocate a host output like eager's (its strides when they
-    are dense, contiguous otherwise)."""
-    if not isinstance(meta, torch.Tensor):
-        return None
-    shape = tuple(int(s) for s in meta.shape)
-    try:
-        stride = tuple(int(s) for s in meta.stride())
-        if _dense_strides(list(shape), list(stride)):
-            return shape, stride, meta.dtype
-    except Exception:  # strides unavailable (e.g. symbolic): contiguous is always valid
-        pass
-    return shape, contiguous_strides(shape), meta.dtype
+#: the host array of an input passed as None (AOTAutograd erases effect tokens at runtime)
+_NO_DATA = np.empty(0, dtype=np.float32)
+
+
+class HostOutputs:
+    """How the host outputs of a call are allocated: (shape, stride, dtype) per tensor
+    output, like eager's (its strides when they are dense, contiguous otherwise), and the
+    value of each symbolic int output. Over dynamic sizes the traced metadata's size
+    expressions are evaluated once per size tuple (:mod:`simaccel.runtime.sizes`)."""
+
+    def __init__(self, metas: list[Any], skip: set[int], symbols: list[str]):
+        self._metas = [None if k in skip or not isinstance(m, torch.Tensor) else m
+                       for k, m in enumerate(metas)]
+        exprs: list[Any] = []
+        for m in self._metas:
+            if m is not None:
+                exprs += [*runtime_sizes(m.shape), *runtime_sizes(m.stride())]
+        self._scalar_outputs = [k for k, m in enumerate(metas)
+                                if k in skip and isinstance(m, torch.SymInt) and is_symbolic(m)]
+        exprs += [runtime_size(metas[k]) for k in self._scalar_outputs]
+        self._evaluate = SizeFunction(symbols, exprs)
+        self._cache: dict[tuple[int, ...], tuple[list, dict[int, int]]] = {}
+
+    def at(self, sizes: tuple[int, ...]) -> tuple[list[tuple | None], dict[int, int]]:
+        found = self._cache.get(sizes)
+        if found is None:
+            if len(self._cache) >= MAX_LAYOUTS:
+                self._cache.pop(next(iter(self._cache)))
+            found = self._cache[sizes] = self._make(iter(self._evaluate(sizes)))
+        return found
+
+    def _make(self, values: Any) -> tuple[list[tuple | None], dict[int, int]]:
+        specs: list[tuple | None] = []
+        for meta in self._metas:
+            if meta is None:
+                specs.append(None)
+                continue
+            shape = tuple(next(values) for _ in meta.shape)
+            stride = tuple(next(values) for _ in meta.shape)
+            if not _dense_strides(list(shape), list(stride)):
+                stride = contiguous_strides(shape)
+            specs.append((shape, stride, meta.dtype))
+        return specs, {k: next(values) for k in self._scalar_outputs}
 
 
 def _dense_strides(shape: list[int], stride: list[int]) -> bool:

@@ -27,6 +27,7 @@ import torch
 
 from simaccel.codegen.dtypes import storage_dtype
 from simaccel.codegen.graph import LoweredGraph
+from simaccel.codegen.sizes import hint
 from simaccel.guards import dynamo
 from simaccel.runtime.hostmap import place_mapped_inputs
 from simaccel.runtime.spec import InputPlan, Placement
@@ -109,7 +110,8 @@ def plan_inputs(lowered: LoweredGraph, facts: Sequence[InputFacts], example_inpu
         plans.append(InputPlan(spec.index, spec.buffer, placement,
                                storage_dtype(lowered.buffers[spec.buffer].dtype), aligned,
                                _c_contiguous(example_inputs[spec.index])))
-    nbytes = {p.buffer: lowered.buffers[p.buffer].numel * np.dtype(p.dtype).itemsize
+    # the traced size decides a dynamic input (a heuristic threshold: no guard)
+    nbytes = {p.buffer: hint(lowered.buffers[p.buffer].numel) * np.dtype(p.dtype).itemsize
               for p in plans}
     outputs = [o.layout.buffer for o in lowered.outputs if hasattr(o, "layout")]
     return place_mapped_inputs(plans, lowered.steps, outputs, nbytes, host_map_min_bytes)

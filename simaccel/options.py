@@ -12,7 +12,7 @@ from typing import Any
 from simaccel.errors import InvalidOptionError
 from simaccel.guards.policy import SourcePattern
 
-VALID_OPTIONS = ("lift", "keep", "fallback", "guards")
+VALID_OPTIONS = ("lift", "keep", "fallback", "guards", "shape_buckets")
 FALLBACK_MODES = ("host", "error")
 #: the special ``lift`` strings; any other string is one source pattern.
 LIFT_MODES = ("auto", "off")
@@ -22,12 +22,14 @@ LIFT_MODES = ("auto", "off")
 class Options:
     """Backend options, validated. ``lift``: "auto", "off" or a tuple of source patterns;
     ``keep``: patterns never lifted; ``fallback``: "host" or "error"; ``guards``:
-    extra :class:`simaccel.Guard` objects."""
+    extra :class:`simaccel.Guard` objects; ``shape_buckets``: None, "pow2" or a tuple of
+    bucket upper bounds for dynamic sizes (:mod:`simaccel.guards.buckets`)."""
 
     lift: str | tuple[str, ...] = "auto"
     keep: tuple[str, ...] = ()
     fallback: str = "host"
     guards: tuple[Any, ...] = field(default_factory=tuple)
+    shape_buckets: str | tuple[int, ...] | None = None
 
 
 def parse_options(options: dict[str, Any] | None) -> Options:
@@ -53,7 +55,20 @@ def parse_options(options: dict[str, Any] | None) -> Options:
     if not isinstance(guards, (list, tuple)):
         raise InvalidOptionError(f"option 'guards' must be a list of simaccel.Guard, got {guards!r}")
     return Options(lift=lift, keep=_patterns(options.get("keep", ()), "keep"),
-                   fallback=fallback, guards=tuple(guards))
+                   fallback=fallback, guards=tuple(guards),
+                   shape_buckets=_buckets(options.get("shape_buckets")))
+
+
+def _buckets(value: object) -> str | tuple[int, ...] | None:
+    """``shape_buckets``: None, "pow2", or increasing positive bucket upper bounds."""
+    if value is None or value == "pow2":
+        return value
+    if isinstance(value, (list, tuple)) and value and all(
+            type(v) is int and v > 0 for v in value) and list(value) == sorted(set(value)):
+        return tuple(value)
+    raise InvalidOptionError(
+        f"option 'shape_buckets' must be 'pow2' or a list of increasing positive ints (bucket "
+        f"upper bounds, e.g. [16, 64, 256]), got {value!r}")
 
 
 def _patterns(value: object, option: str) -> tuple[str, ...]:

@@ -28,6 +28,11 @@ class CompileReport:
     #: (argument index, buffer, bytes) of each input a kernel reads in place from host
     #: memory instead of a copy in device memory (``DeviceConfig.host_map_min_bytes``)
     host_mapped: list[tuple[int, str, int]] = field(default_factory=list)
+    #: the size symbols the graph takes at call time (dynamic shapes), and the guards on
+    #: them that compiling it added to the frame's shape env (a size the device code had
+    #: to decide a fact about: each is a recompile condition, like Dynamo's own)
+    size_symbols: list[str] = field(default_factory=list)
+    size_guards: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         return self.render(list_kernels=True)
@@ -62,6 +67,10 @@ class CompileReport:
         if self.host_mapped:
             mapped = [f"input {i} ({name}, {nbytes} bytes)" for i, name, nbytes in self.host_mapped]
             lines.append("  host-mapped inputs (read in place, not copied): " + ", ".join(mapped))
+        if self.size_symbols:
+            lines.append("  dynamic sizes (kernel arguments): " + ", ".join(self.size_symbols))
+        if self.size_guards:
+            lines.append("  size guards added by this compile: " + ", ".join(self.size_guards))
         if self.guards is not None:
             lines.append(str(self.guards))
         return "\n".join(lines)

@@ -14,6 +14,8 @@ GROUP_TITLES = {
               "'/steady' = same backend with the scalar unchanged)",
     "guard": "steady call with 3 scalar args; guard check alone (baseline: Dynamo eager)",
     "kernel": "kernel throughput, seconds per call (baseline: plain eager)",
+    "shape": "changing sizes: graphs and call time (baseline: Dynamo eager; dynamic vs "
+             "static and new-size calls: simaccel against itself)",
     "compile": "first call in a new process: cold = empty caches, warm = caches kept "
                "(baseline: cold -> inductor cold, warm -> same backend cold; lift_auto -> "
                "lift_off: simaccel with and without the lifting re-trace, empty caches)",
@@ -36,6 +38,8 @@ def baseline_of(rec: Record) -> tuple[str, str, str] | None:
     if rec.group in ("scalar", "kernel"):
         return rec.key, "eager", "eager"
     if rec.group == "steady":
+        return rec.key, "dynamo_eager", "dynamo_eager"
+    if rec.group == "shape" and rec.scenario.startswith(("batch_sweep", "kv_growth")):
         return rec.key, "dynamo_eager", "dynamo_eager"
     if rec.group == "guard":
         return "guard/3_scalars[default]", "dynamo_eager", "dynamo_eager"
@@ -72,6 +76,11 @@ def _extra_cells(rec: Record) -> str:
         cells.append(f"guard check {fmt_seconds(x['guard_check_s'])}")
     if x.get("kernel_s_per_call") is not None:
         cells.append(f"kernels {fmt_seconds(x['kernel_s_per_call'])}/call")
+    if x.get("graphs") is not None and rec.group == "shape":
+        cells.append(f"graphs {x['graphs']}")
+    for key, label in (("dynamic_over_static", "/static"), ("new_over_steady", "/steady")):
+        if x.get(key) is not None:
+            cells.append(f"{label} {x[key]:.2f}x")
     if x.get("process_s") is not None:
         cells.append(f"process {fmt_seconds(x['process_s'])}")
     return ", ".join(cells)
@@ -165,7 +174,27 @@ def targets(result: BenchResult) -> list[Target]:
         Target("simaccel guard check lifted / lift='off'", _guard_check_ratio(result), 1.0,
                "(3 scalars, dynamic=False: type guards + NaN/slot checks vs value guards)"),
         *_kernel_targets(result),
+        *_shape_targets(result),
     ]
+
+
+def _shape_targets(result: BenchResult) -> list[Target]:
+    """Issue 12: dynamic graphs' steady call vs static, a new-size call vs steady, graphs
+    vs Dynamo's eager backend."""
+    recs = [r for r in result.records if r.group == "shape" and r.backend == "simaccel"]
+    ratios = [r.extra["dynamic_over_static"] for r in recs
+              if r.extra.get("dynamic_over_static") is not None]
+    new = [r.extra["new_over_steady"] for r in recs if r.extra.get("new_over_steady")]
+    out = [Target("simaccel dynamic-size steady call / static", max(ratios) if ratios else None,
+                  1.15, "(worst over the kernel workloads)"),
+           Target("simaccel call at a new size / steady", new[0] if new else None, 1.5)]
+    for scenario in ("batch_sweep[1..64, dynamic=None]", "kv_growth[32 steps]"):
+        ours, theirs = result.get(f"shape/{scenario}", "simaccel"), \
+            result.get(f"shape/{scenario}", "dynamo_eager")
+        value = ours.extra["graphs"] / theirs.extra["graphs"] if ours and theirs and \
+            theirs.extra.get("graphs") else None
+        out.append(Target(f"simaccel graphs / dynamo_eager graphs, {scenario}", value, 1.0))
+    return out
 
 
 def _guard_check_ratio(result: BenchResult) -> float | None:

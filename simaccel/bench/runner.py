@@ -19,10 +19,11 @@ import torch
 
 from simaccel.bench import BACKENDS
 from simaccel.bench import scenarios as sc
+from simaccel.bench.shapes import shape_tasks
 from simaccel.bench.workloads import KERNEL_WORKLOADS, SCALAR_SCENARIOS
 
 #: the scenario groups, in the order they run.
-GROUPS = ("steady", "scalar", "guard", "kernel", "compile")
+GROUPS = ("steady", "scalar", "guard", "kernel", "shape", "compile")
 
 
 @dataclass
@@ -92,6 +93,7 @@ def build_tasks(backends: Sequence[str], cfg: sc.BenchConfig, cache_root: str) -
         scenario = f"{name}[{KERNEL_WORKLOADS[name].sizes[1 if cfg.quick else 0]}]"
         tasks += [Task("kernel", scenario, b, lambda n=name, b=b: sc.measure_kernel(n, b, cfg))
                   for b in backends]
+    tasks += shape_tasks(list(backends), cfg, Task)
     return tasks + _compile_tasks(backends, cache_root)
 
 

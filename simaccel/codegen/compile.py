@@ -17,6 +17,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,10 @@ from simaccel.codegen.dtypes import STORAGE_DTYPES, byte_view, storage_dtype
 from simaccel.codegen.emit import emit_extern, emit_pointwise, emit_reduction
 from simaccel.codegen.graph import LoweredGraph
 from simaccel.codegen.hostop import HostOp
+from simaccel.codegen.lower_scalar_args import number_arguments
 from simaccel.codegen.ir import ExternKernel, LibraryKernel, PointwiseKernel, ReductionKernel
+from simaccel.codegen.size_args import (evaluate_size, names_of, runtime_size, runtime_sizes,
+                                        symbol_sources, with_size_args)
 from simaccel.codegen.values import Realized
 from simaccel.runtime.spec import (BufferDecl, HostStep, InputPlan, LaunchStep, OutputDecl,
                                    ProgramSpec)
@@ -92,7 +96,7 @@ def _cost(kernel: Any, lowered: LoweredGraph) -> tuple[float, float]:
         return kernel.flops, kernel.bytes_moved
     numel = kernel.numel
     itemsize = np.dtype(storage_dtype(lowered.buffers[kernel.out.buffer].dtype)).itemsize
-    return float(numel), float(numel * itemsize * 2)
+    return numel, numel * itemsize * 2
 
 
 def library_step(kernel: LibraryKernel, lowered: LoweredGraph) -> tuple[LaunchStep, KernelInfo]:
@@ -106,12 +110,14 @@ def _launch_step(kernel: Any, fn: Any, buffers: list[str], params: list[Any],
     """The runtime step of ``kernel``: ``fn`` on ``buffers`` and ``params``, with the
     buffers the kernel declares it reads and writes."""
     flops, nbytes = _cost(kernel, lowered)
-    return LaunchStep(kernel.name, fn, tuple(buffers), tuple(params), flops, nbytes,
-                      kernel.reads, kernel.writes)
+    return LaunchStep(kernel.name, fn, tuple(buffers), runtime_sizes(params),
+                      runtime_size(flops), runtime_size(nbytes), kernel.reads, kernel.writes)
 
 
 def jit_kernel(kernel: Any, lowered: LoweredGraph, device: Any) -> tuple[LaunchStep, KernelInfo]:
     source, buffers, params = _emit(kernel)
+    source, size_symbols = with_size_args(source)
+    params = list(params) + size_symbols  # dynamic sizes: trailing int64 arguments
     signature = tuple(_array_type(lowered.buffers[b].dtype) for b in buffers)
     signature += tuple("int64" for _ in params)
     start = time.perf_counter()
@@ -132,41 +138,69 @@ def host_step(op: HostOp) -> HostStep:
     """Wrap a fallback op: rebuild torch tensors over the host copies, run, write back."""
     reads = tuple(sorted(op.reads))
     writes = tuple(o.layout.buffer for o in op.outputs if o is not None)
+    numbers = number_arguments(op.target)  # lifted scalars go in as Python numbers
 
-    def run(host: dict[str, np.ndarray]) -> None:
-        args = _to_torch(op.args, host)
-        kwargs = _to_torch(op.kwargs, host)
+    def run(host: dict[str, np.ndarray], sizes: Mapping[str, int]) -> None:
+        args, kwargs = numbers.apply(_to_torch(op.args, host, sizes),
+                                     _to_torch(op.kwargs, host, sizes))
         result = op.target(*args, **kwargs)
         results = list(result) if isinstance(result, (list, tuple)) else [result]
         for value, out in zip(results, op.outputs):
             if out is not None:
-                _tensor_over(host[out.layout.buffer], out).copy_(value)
-    return HostStep(op.name, run, reads, writes)
+                _tensor_over(host[out.layout.buffer], out, sizes).copy_(value)
+    return HostStep(op.name, run, reads, writes, _sizes_named(op))
 
 
-def _tensor_over(array: np.ndarray, value: Realized) -> torch.Tensor:
-    """A torch tensor aliasing ``array`` with ``value``'s layout and dtype."""
+def _sizes_named(op: HostOp) -> tuple[Any, ...]:
+    """The dynamic sizes a host op's arguments and results hold (runtime form)."""
+    found: list[Any] = []
+
+    def visit(obj: Any) -> None:
+        if isinstance(obj, Realized):
+            lay = obj.layout
+            found.extend(runtime_sizes([*lay.shape, *lay.strides, lay.offset]))
+        elif isinstance(obj, (list, tuple)):
+            for o in obj:
+                visit(o)
+        elif isinstance(obj, dict):
+            for o in obj.values():
+                visit(o)
+        elif isinstance(obj, (torch.SymInt, torch.SymFloat)):
+            found.append(runtime_size(obj))
+    visit((op.args, op.kwargs, [o for o in op.outputs if o is not None]))
+    return tuple(s for s in found if isinstance(s, str))
+
+
+def _tensor_over(array: np.ndarray, value: Realized, sizes: Mapping[str, int]) -> torch.Tensor:
+    """A torch tensor aliasing ``array`` with ``value``'s layout (its dynamic sizes at
+    this call's ``sizes``) and dtype."""
     base = torch.from_numpy(array)
     if value.dtype in STORAGE_DTYPES:  # raw bytes of a dtype numpy lacks
         base = base.view(getattr(torch, value.dtype))
     lay = value.layout
-    return base.as_strided(lay.shape, lay.strides, lay.offset)
+    return base.as_strided(_to_torch(lay.shape, {}, sizes), _to_torch(lay.strides, {}, sizes),
+                           _to_torch(lay.offset, {}, sizes))
 
 
-def _to_torch(obj: Any, host: dict[str, np.ndarray]) -> Any:
+def _to_torch(obj: Any, host: dict[str, np.ndarray], sizes: Mapping[str, int]) -> Any:
+    """``obj`` (a host op's argument) with Realized values as tensors over the host copies
+    and dynamic sizes as this call's ints."""
     if isinstance(obj, Realized):
-        return _tensor_over(host[obj.layout.buffer], obj)
+        return _tensor_over(host[obj.layout.buffer], obj, sizes)
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_torch(o, host) for o in obj)
+        return type(obj)(_to_torch(o, host, sizes) for o in obj)
     if isinstance(obj, dict):
-        return {k: _to_torch(v, host) for k, v in obj.items()}
+        return {k: _to_torch(v, host, sizes) for k, v in obj.items()}
+    if isinstance(obj, (torch.SymInt, torch.SymFloat)):
+        return evaluate_size(obj, sizes)
     return obj
 
 
-def assemble(lowered: LoweredGraph, inputs: tuple[InputPlan, ...], device: Any, name: str
-             ) -> CompileResult:
+def assemble(lowered: LoweredGraph, inputs: tuple[InputPlan, ...], device: Any, name: str,
+             size_bounds: dict[str, int] | None = None) -> CompileResult:
     """Compile every step of ``lowered`` and build the frozen program spec; ``inputs``:
-    the graph's input plans (:func:`simaccel.input_plan.plan_inputs`)."""
+    the graph's input plans (:func:`simaccel.input_plan.plan_inputs`); ``size_bounds``:
+    the size each symbol's memory is planned for (static-shape mode), by name."""
     steps: list[LaunchStep | HostStep] = []
     infos: list[KernelInfo] = []
     for item in lowered.steps:
@@ -179,15 +213,35 @@ def assemble(lowered: LoweredGraph, inputs: tuple[InputPlan, ...], device: Any, 
             step, info = jit_kernel(item, lowered, device)
         steps.append(step)
         infos.append(info)
-    buffers = {n: BufferDecl(n, storage_dtype(b.dtype), b.numel, b.kind)
+    buffers = {n: BufferDecl(n, storage_dtype(b.dtype), runtime_size(b.numel), b.kind)
                for n, b in lowered.buffers.items()}
     constants = {n: _host_array(t) for n, t in lowered.constants.items()}
-    outputs = tuple(OutputDecl(o.layout.buffer, o.shape, o.layout.strides, o.layout.offset,
+    outputs = tuple(OutputDecl(o.layout.buffer, runtime_sizes(o.shape),
+                               runtime_sizes(o.layout.strides), runtime_size(o.layout.offset),
                                storage_dtype(o.dtype)) if isinstance(o, Realized) else None
                     for o in lowered.outputs)
+    symbols, traced = symbol_sources(lowered.inputs, _size_names(buffers, steps, outputs))
+    bounds = size_bounds or {}
+    plan_sizes = tuple(max(bounds.get(src.symbol, n), n) for src, n in zip(symbols, traced)) \
+        if bounds else ()
     spec = ProgramSpec(name, buffers, tuple(steps), inputs, constants, outputs,
-                       int(device.config.alignment))
+                       int(device.config.alignment), symbols, traced, plan_sizes)
     return CompileResult(spec, infos)
+
+
+def _size_names(buffers: dict[str, BufferDecl], steps: list[Any],
+                outputs: tuple[OutputDecl | None, ...]) -> list[str]:
+    """Every size symbol the program's sizes name."""
+    sizes: list[Any] = [b.numel for b in buffers.values()]
+    for step in steps:
+        if isinstance(step, LaunchStep):
+            sizes += [*step.params, step.flops, step.nbytes]
+        else:
+            sizes += list(step.sizes)
+    for out in outputs:
+        if out is not None:
+            sizes += [*out.shape, *out.strides, out.offset]
+    return names_of(sizes)
 
 
 def _host_array(t: torch.Tensor) -> np.ndarray:

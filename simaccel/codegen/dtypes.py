@@ -8,18 +8,25 @@ from __future__ import annotations
 
 import torch
 
-#: dtypes the device computes in, by numpy name.
-DEVICE_DTYPES = ("float32", "float64", "int32", "int64", "bool", "int8", "uint8", "int16")
-FLOAT_DTYPES = ("float32", "float64")
+#: dtypes the device computes in, by numpy name. The 16-bit floats are stored as such
+#: (half the bytes to move and to keep) and computed in float32: a kernel loads them as
+#: float32 and rounds once, when it stores (see :mod:`simaccel.codegen.half_lib`).
+DEVICE_DTYPES = ("float32", "float64", "int32", "int64", "bool", "int8", "uint8", "int16",
+                 "float16", "bfloat16")
+HALF_DTYPES = ("float16", "bfloat16")
+FLOAT_DTYPES = ("float32", "float64") + HALF_DTYPES
 #: dtypes the device stores and moves but does not compute in (their ops run on the host).
-STORAGE_ONLY_DTYPES = ("float16", "bfloat16", "complex64", "complex128")
-#: storage dtype of tensors numpy has no dtype for (moved as raw bytes).
-STORAGE_DTYPES = {"bfloat16": "int16"}
+STORAGE_ONLY_DTYPES = ("complex64", "complex128", "complex32", "uint16", "uint32", "uint64")
+#: storage dtype of tensors numpy (or numba) has no dtype for: their raw bits, as a
+#: same-width integer.
+STORAGE_DTYPES = {"bfloat16": "int16", "float16": "int16", "complex32": "int32",
+                  "uint16": "int16", "uint32": "int32", "uint64": "int64"}
 
-#: torch dtypes whose CPU tensors ``.numpy()`` takes directly (bfloat16 needs a view).
+#: torch dtypes whose CPU tensors ``.numpy()`` takes directly into a buffer of their
+#: storage dtype (the others need :func:`byte_view`).
 NUMPY_TORCH_DTYPES = frozenset({
     torch.float32, torch.float64, torch.int32, torch.int64, torch.bool, torch.int8,
-    torch.uint8, torch.int16, torch.float16, torch.complex64, torch.complex128})
+    torch.uint8, torch.int16, torch.complex64, torch.complex128})
 #: of those, the ones whose tensors are never conjugate or negative views (no resolve
 #: needed before ``.numpy()``): the per-call fast path.
 PLAIN_TORCH_DTYPES = NUMPY_TORCH_DTYPES - {torch.complex64, torch.complex128}
@@ -31,6 +38,11 @@ BANK_TORCH_DTYPES = frozenset({torch.float64, torch.float32, torch.int64, torch.
 def is_float(dtype: str) -> bool:
     """True for the floating dtypes the device computes in."""
     return dtype in FLOAT_DTYPES
+
+
+def compute_dtype(dtype: str) -> str:
+    """The dtype kernels compute a ``dtype`` value in: float32 for the 16-bit floats."""
+    return "float32" if dtype in HALF_DTYPES else dtype
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -57,4 +69,5 @@ def storage_dtype(dtype: str) -> str:
 
 def byte_view(t: torch.Tensor) -> torch.Tensor:
     """``t`` viewed as its storage dtype (a bfloat16 tensor as int16), for ``.numpy()``."""
-    return t.view(torch.int16) if dtype_name(t.dtype) in STORAGE_DTYPES else t
+    name = STORAGE_DTYPES.get(dtype_name(t.dtype))
+    return t.view(getattr(torch, name)) if name is not None else t

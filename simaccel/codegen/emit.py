@@ -1,8 +1,9 @@
 """Emit kernel IR as Python source for ``numba.njit``.
 
 Every kernel becomes one function ``kernel(<flat buffers...>)`` in its own module.
-Buffers are 1-D arrays (flat views of device memory); shapes, strides and offsets
-are static and appear as literals, so LLVM can vectorise the inner loops. The same
+Buffers are 1-D arrays (flat views of device memory); static shapes, strides and offsets
+appear as literals, so LLVM can vectorise the inner loops; dynamic ones are expressions
+over size symbols, which :func:`simaccel.codegen.compile.jit_kernel` makes arguments. The same
 source runs as plain Python under ``NUMBA_DISABLE_JIT=1``.
 """
 from __future__ import annotations
@@ -11,9 +12,16 @@ import math
 from typing import Callable
 
 from simaccel.codegen import scalar_ops
-from simaccel.codegen.dtypes import is_float
+from simaccel.codegen.dtypes import HALF_DTYPES, compute_dtype, is_float
 from simaccel.codegen.ir import (Const, Expr, ExternKernel, IndexValue, Load, Op, PointwiseKernel,
-                                 ReductionKernel, StructuralKeys, buffers_read)
+                                 ReductionKernel, StructuralKeys, buffers_read,
+                                 contiguous_strides)
+from simaccel.codegen.sizes import SIZE_FUNCTION_NAMES, hint, is_value, prod, source
+
+#: the kernel_lib helpers (:mod:`simaccel.codegen.half_lib`) that load 16-bit float bits as
+#: float32 and round float32 into them (named here: emitting source imports no numba).
+HALF_LOAD = {"bfloat16": "lib.bf16_load", "float16": "lib.f16_load"}
+HALF_STORE = {"bfloat16": "lib.bf16_store", "float16": "lib.f16_store"}
 
 #: iteration spaces with at least this many elements run their outer loop with prange.
 PARALLEL_THRESHOLD = 1 << 20
@@ -24,6 +32,8 @@ HEADER = (
     "import numpy as np\n"
     "from numba import prange\n"
     "from simaccel.codegen import kernel_lib as lib\n"
+    # the integer functions of dynamic size expressions (only numba imports this module)
+    f"from simaccel.codegen.size_lib import {', '.join(SIZE_FUNCTION_NAMES)}\n"
 )
 
 
@@ -35,10 +45,18 @@ def index_source(offset: str) -> str:
 
 
 def dtype_ctor(dtype: str) -> str:
-    return "bool" if dtype == "bool" else f"np.{dtype}"
+    """The constructor of a ``dtype`` value in kernels (16-bit floats compute as float32)."""
+    return "bool" if dtype == "bool" else f"np.{compute_dtype(dtype)}"
+
+
+def store_source(value: str, dtype: str) -> str:
+    """Source of ``value`` as stored into a ``dtype`` buffer: 16-bit floats round (to
+    nearest even) into their raw bits here, once, at the store."""
+    return f"{HALF_STORE[dtype]}({value})" if dtype in HALF_DTYPES else value
 
 
 def const_source(value, dtype: str) -> str:
+    dtype = compute_dtype(dtype)
     if dtype == "bool":
         return "True" if value else "False"
     if is_float(dtype):
@@ -90,7 +108,10 @@ class BodyEmitter:
         if isinstance(expr, Load):
             idx = [f"np.int64({self.value(e)})" for e in expr.index_exprs]
             offset = expr.offset.format(*idx) if idx else expr.offset
-            return self._new(f"{expr.buffer}[{index_source(offset)}]")
+            element = f"{expr.buffer}[{index_source(offset)}]"
+            if expr.dtype in HALF_DTYPES:  # raw 16-bit float bits -> float32
+                element = f"{HALF_LOAD[expr.dtype]}({element})"
+            return self._new(element)
         if isinstance(expr, IndexValue):
             return self._new(f"{dtype_ctor(expr.dtype)}({expr.index})")
         if isinstance(expr, Op):
@@ -134,7 +155,7 @@ def _loops(index: list[str], shape: tuple[int, ...], parallel: bool,
     lines = []
     for depth, (var, size) in enumerate(zip(index, shape)):
         rng = "prange" if parallel and depth == 0 else "range"
-        lines.append(f"{indent}for {var} in {rng}({size}):")
+        lines.append(f"{indent}for {var} in {rng}({source(size)}):")
         indent += "    "
     return lines, indent
 
@@ -156,7 +177,7 @@ def emit_pointwise(k: PointwiseKernel) -> tuple[str, list[str]]:
     """Module source and argument buffer names of a pointwise (or scatter) kernel."""
     args = kernel_args(k.out.buffer, [k.body, *k.store_index_exprs])
     scatter = bool(k.store_offset)
-    parallel = k.numel >= PARALLEL_THRESHOLD and len(k.shape) > 0 and not scatter
+    parallel = hint(k.numel) >= PARALLEL_THRESHOLD and len(k.shape) > 0 and not scatter
     rerunnable = not scatter and k.out.buffer not in buffers_read([k.body])
     return _kernel_module(args, parallel, lambda fast: _pointwise_nest(k, parallel, fast),
                           rerunnable), args
@@ -170,10 +191,11 @@ def _pointwise_nest(k: PointwiseKernel, parallel: bool,
     if k.store_offset:
         idx = [f"np.int64({body.value(e)})" for e in k.store_index_exprs]
         offset = k.store_offset.format(*idx)
-        op = "+=" if k.accumulate else "="
-        store = f"{indent}{k.out.buffer}[{index_source(offset)}] {op} {result}"
+        target = f"{k.out.buffer}[{index_source(offset)}]"
+        store = f"{indent}{target} = {_stored(result, k.body.dtype, target, k.accumulate)}"
     else:
-        store = f"{indent}{k.out.buffer}[{index_source(k.out.offset_source(k.index))}] = {result}"
+        store = (f"{indent}{k.out.buffer}[{index_source(k.out.offset_source(k.index))}] = "
+                 f"{store_source(result, k.body.dtype)}")
     return lines + body.lines + [store], body.range_checked
 
 
@@ -222,17 +244,22 @@ def _flat_output_loop(index: list[str], shape: tuple[int, ...],
     far more reliably than of a deep one, and prange balances better over a flat range."""
     if len(index) <= 1:
         return _loops(index, shape, parallel, "    ")
-    total = 1
-    for size in shape:
-        total *= size
     rng = "prange" if parallel else "range"
-    lines = [f"    for o in {rng}({total}):"]
-    stride = total
-    for k, (var, size) in enumerate(zip(index, shape)):
-        stride //= max(size, 1)
-        q = f"o // {stride}" if stride != 1 else "o"
-        lines.append(f"        {var} = {q}" if k == 0 else f"        {var} = ({q}) % {size}")
+    lines = [f"    for o in {rng}({source(prod(shape))}):"]
+    for k, (var, size, stride) in enumerate(zip(index, shape, contiguous_strides(shape))):
+        q = f"o // {source(stride)}" if not is_value(stride, 1) else "o"
+        lines.append(f"        {var} = {q}" if k == 0 else f"        {var} = ({q}) % {source(size)}")
     return lines, "        "
+
+
+def _stored(result: str, dtype: str, target: str, accumulate: bool) -> str:
+    """The value a scatter kernel stores at ``target``: ``result``, or ``target + result``
+    when it accumulates (a 16-bit float target is loaded, added in float32, rounded)."""
+    if not accumulate:
+        return store_source(result, dtype)
+    if dtype in HALF_DTYPES:
+        return store_source(f"np.float32({HALF_LOAD[dtype]}({target}) + {result})", dtype)
+    return f"{target} + {result}"
 
 
 def emit_reduction(k: ReductionKernel) -> tuple[str, list[str]]:
@@ -242,7 +269,8 @@ def emit_reduction(k: ReductionKernel) -> tuple[str, list[str]]:
     outs = [p.out.buffer for p in parts]
     reads = buffers_read([p.body for p in parts])
     args = outs + [b for b in reads if b not in outs]
-    parallel = k.numel >= PARALLEL_THRESHOLD and len(k.out_index) > 0 and k.out.numel > 1
+    parallel = hint(k.numel) >= PARALLEL_THRESHOLD and len(k.out_index) > 0 \
+        and hint(k.out.numel) > 1
     rerunnable = not set(outs) & set(reads)
     return _kernel_module(args, parallel, lambda fast: _reduction_nest(k, parallel, fast),
                           rerunnable), args
@@ -272,9 +300,9 @@ def _reduction_nest(k: ReductionKernel, parallel: bool,
     for part in k.parts:
         acc = acc_of[(part.reduce_op, part.acc_dtype, body.keys(part.body))]
         result = "arg" if is_arg else (part.finalize.format(acc=acc) if part.finalize else acc)
-        ctor = dtype_ctor("int64" if is_arg else part.out_dtype)
-        stores.append(f"{indent}{part.out.buffer}[{index_source(part.out_offset_src)}] = "
-                      f"{ctor}({result})")
+        out_dtype = "int64" if is_arg else part.out_dtype
+        value = store_source(f"{dtype_ctor(out_dtype)}({result})", out_dtype)
+        stores.append(f"{indent}{part.out.buffer}[{index_source(part.out_offset_src)}] = {value}")
     return lines + red_lines + body.lines + combine + stores, body.range_checked
 
 

@@ -17,13 +17,14 @@ from typing import Any
 import torch
 import torch.fx
 
-from simaccel.codegen.dtypes import DEVICE_DTYPES, storage_name, torch_to_np_dtype
+from simaccel.codegen.dtypes import DEVICE_DTYPES, HALF_DTYPES, storage_name, torch_to_np_dtype
 from simaccel.codegen.fusion import fuse_sibling_reductions
 from simaccel.codegen.hostop import HostOp
 from simaccel.codegen.ir import (ExternKernel, Kernel, Layout, PointwiseKernel, ReductionKernel,
                                  contiguous_strides, count_ops)
-from simaccel.codegen.registry import LOWERINGS
-from simaccel.codegen.values import Lazy, Realized, TensorValue
+from simaccel.codegen.registry import LOWERINGS, OWN_DTYPES
+from simaccel.codegen.sizes import Size, is_value, prod, shape_of, size, symbol_names
+from simaccel.codegen.values import Lazy, Realized, TensorValue, cast
 from simaccel.errors import UnsupportedOpError
 
 log = logging.getLogger("simaccel.codegen")
@@ -53,9 +54,11 @@ class InputSpec:
 
     index: int
     buffer: str
-    shape: tuple[int, ...]
+    shape: tuple[Size, ...]
     dtype: str
     scalar: bool = False
+    #: the placeholder's example value (a FakeTensor, SymInt or number)
+    value: Any = None
 
 
 @dataclass
@@ -88,25 +91,22 @@ class GraphLowering:
 
     # ------------------------------------------------------------------ buffers
 
-    def new_buffer(self, dtype: str, numel: int, kind: str = "temp", prefix: str = "buf") -> str:
+    def new_buffer(self, dtype: str, numel: Size, kind: str = "temp", prefix: str = "buf") -> str:
         name = f"{prefix}{len(self.buffers)}"
-        self.buffers[name] = BufferSpec(name, dtype, int(numel), kind)
+        self.buffers[name] = BufferSpec(name, dtype, size(numel), kind)
         return name
 
-    def new_tensor(self, shape: tuple[int, ...], dtype: str, kind: str = "temp") -> Realized:
-        shape = tuple(int(s) for s in shape)
-        numel = 1
-        for s in shape:
-            numel *= s
-        name = self.new_buffer(dtype, numel, kind)
+    def new_tensor(self, shape: tuple[Size, ...], dtype: str, kind: str = "temp") -> Realized:
+        shape = shape_of(shape)
+        name = self.new_buffer(dtype, prod(shape), kind)
         return Realized(shape, dtype, Layout(name, shape, contiguous_strides(shape), 0))
 
     def add_kernel(self, kernel: Kernel) -> None:
         """Append ``kernel``; a pointwise or reduction kernel that writes no element is
         dropped (nothing to compute, and no numba compile for an empty loop)."""
-        if isinstance(kernel, PointwiseKernel) and kernel.numel == 0:
+        if isinstance(kernel, PointwiseKernel) and is_value(kernel.numel, 0):
             return
-        if isinstance(kernel, ReductionKernel) and kernel.out.numel == 0:
+        if isinstance(kernel, ReductionKernel) and is_value(kernel.out.numel, 0):
             return
         self.steps.append(kernel)
 
@@ -127,7 +127,7 @@ class GraphLowering:
     def realize_into(self, value: TensorValue, out: Realized) -> None:
         """Compute ``value`` into the (possibly strided) tensor ``out``."""
         index = [f"i{k}" for k in range(len(out.shape))]
-        body = value.load(index)
+        body = cast(value.load(index), out.dtype)  # the store converts from the body's dtype
         self.add_kernel(PointwiseKernel(self.kernel_name("pointwise"), out.layout, body, index))
 
     def realize_contiguous_copy(self, value: TensorValue) -> Realized:
@@ -157,11 +157,11 @@ class GraphLowering:
             raise Unsupported(f"dtype {val.dtype} is not a device dtype")
         return dtype
 
-    def out_shape(self, node: torch.fx.Node | None = None) -> tuple[int, ...]:
+    def out_shape(self, node: torch.fx.Node | None = None) -> tuple[Size, ...]:
         val = self.meta(node or self.current)
         if isinstance(val, (list, tuple)):
             val = val[0]
-        return tuple(int(s) for s in val.shape)
+        return shape_of(val.shape)
 
     # ------------------------------------------------------------------ walking
 
@@ -198,16 +198,22 @@ class GraphLowering:
             # 0-d tensors (lifted Python floats arrive as 0-d float64) go to the constant
             # bank: one coalesced transfer per call, and none when no value changed.
             scalar = val.dim() == 0 and dtype in DEVICE_DTYPES
-            value = self.new_tensor(tuple(val.shape), dtype, kind="scalar" if scalar else "input")
-            self.inputs.append(InputSpec(index, value.layout.buffer, value.shape, dtype, scalar))
+            value = self.new_tensor(shape_of(val.shape), dtype,
+                                    kind="scalar" if scalar else "input")
+            self.inputs.append(InputSpec(index, value.layout.buffer, value.shape, dtype, scalar,
+                                         val))
             return value
         if isinstance(val, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)):
             dtype = _scalar_dtype(val)
             if dtype == "int64":
                 dtype = self.scalar_dtypes.get(index, dtype)
             value = self.new_tensor((), dtype, kind="scalar")
-            self.inputs.append(InputSpec(index, value.layout.buffer, (), dtype, scalar=True))
-            return value
+            self.inputs.append(InputSpec(index, value.layout.buffer, (), dtype, True, val))
+            # An int is a size (or a lifted int): lowerings see it as the SymInt itself, so
+            # shapes stay symbolic; its value reaches the device through the constant bank
+            # and kernels take it as a launch argument.
+            return size(val) if isinstance(val, (int, torch.SymInt)) and \
+                not isinstance(val, bool) else value
         return val
 
     def _constant(self, node: torch.fx.Node) -> Any:
@@ -218,7 +224,7 @@ class GraphLowering:
         if dtype is None:
             raise UnsupportedOpError("graph constant", f"dtype {attr.dtype} cannot be stored "
                                      f"on the device")
-        value = self.new_tensor(tuple(attr.shape), dtype, kind="constant")
+        value = self.new_tensor(shape_of(attr.shape), dtype, kind="constant")
         self.inputs.append(InputSpec(-1, value.layout.buffer, value.shape, dtype))
         self.constants[value.layout.buffer] = attr.detach().contiguous()
         return value
@@ -234,8 +240,12 @@ class GraphLowering:
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
         if node.target is operator.getitem:
             return args[0][args[1]]
+        symbolic = _symbolic_int(self.meta(node))
+        if symbolic is not None:
+            return symbolic  # size arithmetic (sym_size, operator.mul...): no kernel
         lowering = LOWERINGS.get(node.target)
-        reason = "no device lowering for this op" if lowering is None else _dtype_problem(node)
+        reason = "no device lowering for this op" if lowering is None else \
+            None if node.target in OWN_DTYPES else _dtype_problem(node)
         if reason is None:
             try:
                 result = lowering(self, *args, **kwargs)
@@ -272,7 +282,7 @@ class GraphLowering:
         if dtype is None:
             raise UnsupportedOpError(str(self.current.target),
                                      f"its result dtype {meta.dtype} has no device layout")
-        return self.new_tensor(tuple(meta.shape), dtype)
+        return self.new_tensor(shape_of(meta.shape), dtype)
 
 
 def _flat_outputs(out: Any) -> list[Any]:
@@ -287,6 +297,17 @@ def _map_values(obj: Any, fn) -> Any:
     if isinstance(obj, dict):
         return {k: _map_values(v, fn) for k, v in obj.items()}
     return obj
+
+
+def _symbolic_int(val: Any) -> Size | None:
+    """A node's value when it is an int size expression (a SymInt or int result) over
+    sizes the graph's inputs carry. An unbacked SymInt (``x.item()``) is computed on the
+    device instead, by its op's lowering."""
+    if type(val) is int:
+        return val
+    if isinstance(val, torch.SymInt) and not any(n.startswith("u") for n in symbol_names(val)):
+        return size(val)
+    return None
 
 
 def _scalar_dtype(val: Any) -> str:
@@ -305,9 +326,6 @@ def _dtype_problem(node: torch.fx.Node) -> str | None:
     for val in vals:
         for v in (val if isinstance(val, (list, tuple)) else [val]):
             if isinstance(v, torch.Tensor) and torch_to_np_dtype(v.dtype) is None:
-                if v.dtype in (torch.float16, torch.bfloat16):
-                    return (f"{v.dtype} is computed on the host so results round exactly "
-                            f"as eager")
                 return f"dtype {v.dtype} is not supported by the device"
     return None
 
@@ -316,7 +334,11 @@ def extern(ctx: GraphLowering, source: str, buffers: list[str], params: list[Any
            flops: int, bytes_moved: int, parallel: bool = False, *,
            writes: tuple[str, ...]) -> None:
     """Append a template kernel launch (see :mod:`simaccel.codegen.templates`); ``writes``:
-    the buffers its source stores to (outputs and scratch; it reads the others)."""
+    the buffers its source stores to (outputs and scratch; it reads the others).
+    Templates index raw elements: a 16-bit float buffer (raw bits) is never handed to one
+    (its lowering computes in float32, :func:`simaccel.codegen.operands.as_compute`)."""
+    if any(ctx.buffers[b].dtype in HALF_DTYPES for b in buffers):
+        raise Unsupported(f"template {ctx.kernel_name('extern')} on 16-bit float buffers")
     ctx.add_kernel(ExternKernel(ctx.kernel_name("extern"), source, buffers,
-                                [int(p) for p in params], int(flops), int(bytes_moved),
+                                [size(p) for p in params], size(flops), size(bytes_moved),
                                 frozenset(writes), parallel))

@@ -2,9 +2,9 @@
 
 A kernel computes, for every index of an iteration space, a scalar expression
 (:class:`Expr`) that reads operands with :class:`Load`. Index arithmetic is kept as
-Python-source strings over loop variables (``"i0*64 + i1"``), because every shape is
-static when a kernel is generated; :func:`affine` and friends fold constants so the
-emitted source stays readable.
+Python-source strings over loop variables and size symbols (``"i0*64 + i1"``,
+``"i0*s1 + i1"``: a dynamic size is a kernel argument, see :mod:`simaccel.codegen.sizes`);
+:func:`affine` and friends fold constants so the emitted source stays readable.
 
 Kernels:
 
@@ -23,21 +23,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
-import numpy as np
-
 from simaccel.codegen.dtypes import is_float
+from simaccel.codegen.sizes import Size, is_symbolic, is_value, prod, source
 
 
 # --------------------------------------------------------------------------- index strings
 
 
-def affine(terms: list[tuple[str, int]], const: int = 0) -> str:
-    """Source for ``const + sum(var * coeff)``, dropping zero terms and unit coefficients."""
-    parts = [str(const)] if const else []
+def affine(terms: list[tuple[str, Size]], const: Size = 0) -> str:
+    """Source for ``const + sum(var * coeff)``, dropping zero terms and unit coefficients
+    (a symbolic coefficient is a size expression, never known to be 0 or 1)."""
+    parts = [] if is_value(const, 0) else [source(const)]
     for var, coeff in terms:
-        if coeff == 0 or var == "0":
+        if is_value(coeff, 0) or var == "0":
             continue
-        parts.append(var if coeff == 1 else f"{paren(var)}*{coeff}")
+        parts.append(var if is_value(coeff, 1) else f"{paren(var)}*{source(coeff)}")
     return " + ".join(parts) if parts else "0"
 
 
@@ -95,6 +95,13 @@ class Op(Expr):
 
     def children(self) -> tuple[Expr, ...]:
         return self.args
+
+
+def size_value(value: Size, dtype: str = "int64") -> Expr:
+    """A size as a scalar expression: a constant, or (dynamic) the kernel's size argument."""
+    if is_symbolic(value):
+        return IndexValue(source(value), dtype)
+    return Const(int(value), dtype)
 
 
 def count_ops(expr: Expr, limit: int = 1000) -> int:
@@ -176,14 +183,16 @@ class Layout:
 
     @property
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return prod(self.shape)
 
 
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
+def contiguous_strides(shape: tuple[Size, ...]) -> tuple[Size, ...]:
+    """Row-major strides (elements); a size-0 dim counts as 1, as in ATen."""
+    strides: list[Size] = []
+    acc: Size = 1
     for size in reversed(shape):
         strides.append(acc)
-        acc *= max(size, 1)
+        acc = acc * (size if is_symbolic(size) else max(size, 1))
     return tuple(reversed(strides))
 
 
@@ -220,7 +229,7 @@ class PointwiseKernel:
 
     @property
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return prod(self.shape)
 
 
 @dataclass
@@ -250,7 +259,7 @@ class ReductionKernel:
 
     @property
     def numel(self) -> int:
-        return self.out.numel * int(np.prod(self.red_shape, dtype=np.int64))
+        return self.out.numel * prod(self.red_shape)
 
     on_device: ClassVar[bool] = True
 

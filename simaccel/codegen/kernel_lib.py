@@ -15,6 +15,9 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
+from simaccel.codegen.fma_lib import fma  # noqa: F401 - kernels call it as lib.fma
+
+from simaccel.codegen.kernel_ext import *  # noqa: F401,F403  (16-bit floats, special functions)
 #: Options of every helper. ``fastmath`` is set explicitly: numba lets a callee that leaves
 #: it unset inherit its caller's flags, and a helper first compiled from a fastmath caller
 #: would then be cached with reassociated arithmetic for every later caller (exp's

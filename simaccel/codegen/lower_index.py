@@ -7,18 +7,18 @@ from typing import Any
 import torch
 
 from simaccel.codegen.graph import GraphLowering, Unsupported
-from simaccel.codegen.ir import Const, Expr, Load, Op, PointwiseKernel, affine
+from simaccel.codegen.ir import Const, Expr, Load, Op, PointwiseKernel, affine, size_value
 from simaccel.codegen.registry import register
 from simaccel.codegen.values import Lazy, Realized, TensorValue, broadcast_index, cast
 
 aten = torch.ops.aten
 
 
-def wrap_index(expr: Expr, size: int) -> Expr:
+def wrap_index(expr: Expr, size: Any) -> Expr:
     """A Python-style negative index wrapped into ``[0, size)``."""
     expr = cast(expr, "int64")
     negative = Op("lt", (expr, Const(0, "int64")), "bool")
-    return Op("where", (negative, Op("add", (expr, Const(size, "int64")), "int64"), expr),
+    return Op("where", (negative, Op("add", (expr, size_value(size)), "int64"), expr),
               "int64")
 
 
@@ -50,6 +50,8 @@ def _gather(ctx: GraphLowering, x: TensorValue, dim: int, index: TensorValue,
 
 @register(aten.index_select.default)
 def _index_select(ctx: GraphLowering, x: TensorValue, dim: int, index: TensorValue) -> Lazy:
+    if x.ndim == 0:  # a 0-d tensor's one valid index (0 or -1) selects the tensor itself
+        return Lazy((), x.dtype, lambda idx: x.load([]), 1)
     base, dim = _base(ctx, x), dim % max(x.ndim, 1)
     flat_index = index if index.ndim else None
 
@@ -140,7 +142,7 @@ def _scatter(ctx: GraphLowering, x: TensorValue, dim: int, index: TensorValue,
     shape = index.shape
     idx = [f"i{k}" for k in range(len(shape))]
     terms = [("{0}" if d == dim else i, st) for d, (i, st) in enumerate(zip(idx, out.layout.strides))]
-    target = wrap_index(index.load(idx), x.shape[dim])
+    target = wrap_index(index.load(idx), x.shape[dim] if x.ndim else 1)
     body = _values_expr(src, shape, idx, out.dtype) if not isinstance(src, TensorValue) \
         else cast(src.load(idx), out.dtype)
     accumulate = ctx.current.target is aten.scatter_add.default

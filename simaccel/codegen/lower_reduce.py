@@ -10,6 +10,7 @@ from simaccel.codegen.graph import GraphLowering
 from simaccel.codegen.dtypes import is_float
 from simaccel.codegen.ir import Const, Expr, Op, ReductionKernel, affine, contiguous_strides
 from simaccel.codegen.registry import register
+from simaccel.codegen.sizes import Size, hint, is_symbolic, prod, source
 from simaccel.codegen.values import Lazy, Realized, TensorValue, cast, load_broadcast
 
 aten = torch.ops.aten
@@ -30,11 +31,14 @@ def _dims(x: TensorValue, dims: Any) -> list[int]:
 FLOAT32_SUM_MAX = 4096
 
 
-def _acc_dtype(op: str, in_dtype: str, out_dtype: str, length: int) -> str:
+def _acc_dtype(op: str, in_dtype: str, out_dtype: str, length: Size) -> str:
+    """The accumulator dtype. A row of dynamic length traced at most ``FLOAT32_SUM_MAX``
+    long gets the float32 accumulator with a guard that it stays so (reported with the
+    graph; a longer row recompiles with float64), as a static one would."""
     if op in ("any", "all"):
         return "bool"
     if op in ("sum", "mean") and in_dtype == out_dtype == "float32" \
-            and length <= FLOAT32_SUM_MAX:
+            and hint(length) <= FLOAT32_SUM_MAX and bool(length <= FLOAT32_SUM_MAX):
         return "float32"
     if op in ("sum", "prod", "mean"):
         return "float64" if is_float(out_dtype) else "int64"
@@ -74,11 +78,18 @@ def _same_buffer_as(kept: Realized, shape: tuple[int, ...]) -> Realized:
     return kept.restrided(shape, contiguous_strides(shape), 0)
 
 
-def _count(x: TensorValue, dims: list[int]) -> int:
-    n = 1
-    for d in dims:
-        n *= x.shape[d]
-    return n
+def _count(x: TensorValue, dims: list[int]) -> Size:
+    return prod(x.shape[d] for d in dims)
+
+
+def _divide_by(n: Size, correction: float = 0.0) -> str:
+    """A reduction's ``finalize`` dividing the accumulator by ``max(n - correction, 0)``
+    (a float64 division; a dynamic ``n`` is a kernel argument)."""
+    if not is_symbolic(n):
+        return f"{{acc}} / np.float64({float(max(n - correction, 0))!r})"
+    if not correction:
+        return f"{{acc}} / np.float64({source(n)})"
+    return f"{{acc}} / max(np.float64({source(n)}) - {float(correction)!r}, 0.0)"
 
 
 @register(aten.sum.dim_IntList, aten.sum.default)
@@ -93,7 +104,7 @@ def _mean(ctx: GraphLowering, x: TensorValue, dim: Any = None, keepdim: bool = F
     dims = _dims(x, dim)
     n = _count(x, dims)
     return reduce(ctx, x, dims, keepdim, "mean", ctx.out_dtype(),
-                  finalize=f"{{acc}} / np.float64({float(n)!r})")
+                  finalize=_divide_by(n))
 
 
 @register(aten.prod.default, aten.prod.dim_int)
@@ -143,15 +154,14 @@ def _var(ctx: GraphLowering, x: TensorValue, dims: list[int], correction: float,
          keepdim: bool, out_dtype: str) -> tuple[Realized, Realized]:
     n = _count(x, dims)
     mean = reduce(ctx, x, dims, True, "mean", "float64" if is_float(out_dtype) else out_dtype,
-                  finalize=f"{{acc}} / np.float64({float(n)!r})")
-    denom = max(n - correction, 0)
+                  finalize=_divide_by(n))
 
     def body(index: list[str]) -> Expr:
         diff = Op("sub", (cast(x.load(index), "float64"),
                           cast(load_broadcast(mean, x.shape, index), "float64")), "float64")
         return Op("mul", (diff, diff), "float64")
     var = reduce(ctx, x, dims, keepdim, "sum", out_dtype, body=body,
-                 finalize=f"{{acc}} / np.float64({float(denom)!r})")
+                 finalize=_divide_by(n, correction))
     if not keepdim:
         mean = _same_buffer_as(mean, var.shape)
     return var, mean

@@ -8,8 +8,8 @@ import torch
 from simaccel.codegen.graph import GraphLowering
 from simaccel.codegen.ir import Const, Expr, IndexValue, Op, paren
 from simaccel.codegen.registry import register
-from simaccel.codegen.values import (Lazy, Realized, TensorValue, cast, expand, infer_shape,
-                                     permute, reshape_lazy, select, slice_dim, squeeze,
+from simaccel.codegen.sizes import is_value, shape_of, smax, source
+from simaccel.codegen.values import (Lazy, Realized, TensorValue, cast, expand, permute, reshape_lazy, select, slice_dim, squeeze,
                                      unsqueeze, view_strides)
 
 aten = torch.ops.aten
@@ -17,7 +17,7 @@ aten = torch.ops.aten
 
 @register(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def _view(ctx: GraphLowering, x: TensorValue, shape: list[int]) -> TensorValue:
-    shape = infer_shape(list(shape), x.numel)
+    shape = ctx.out_shape()  # the traced shape: -1 resolved, sizes symbolic where dynamic
     if isinstance(x, Realized):
         strides = view_strides(x.shape, x.layout.strides, shape)
         if strides is not None:
@@ -84,9 +84,8 @@ def _as_strided(ctx: GraphLowering, x: TensorValue, size: list[int], stride: lis
 @register(aten.split.Tensor, aten.split_with_sizes.default)
 def _split(ctx: GraphLowering, x: TensorValue, sizes: Any, dim: int = 0) -> list[TensorValue]:
     dim = dim % x.ndim
-    if isinstance(sizes, int):
-        total, step = x.shape[dim], max(sizes, 1)
-        sizes = [min(step, total - s) for s in range(0, total, step)] or [0]
+    # the pieces' traced sizes (an int split size over a dynamic dim: as Dynamo traced it)
+    sizes = [shape_of(m.shape)[dim] for m in ctx.meta(ctx.current)]
     pieces, start = [], 0
     for size in sizes:
         pieces.append(slice_dim(x, dim, start, start + size, 1))
@@ -105,7 +104,7 @@ def _cat(ctx: GraphLowering, tensors: list[TensorValue], dim: int = 0) -> Realiz
     dim = dim % len(out.shape)
     start = 0
     for t in tensors:
-        if t.ndim == 1 and t.shape[0] == 0 and len(out.shape) != 1:
+        if t.ndim == 1 and is_value(t.shape[0], 0) and len(out.shape) != 1:
             continue  # legacy empty tensors take no part in cat
         size = t.shape[dim]
         target = slice_dim(out, dim, start, start + size, 1)
@@ -139,10 +138,10 @@ def _pad(ctx: GraphLowering, x: TensorValue, pad: list[int], value: Any = 0) -> 
         src, conds = list(index), []
         for k, d in enumerate(dims):
             before = pad[2 * k]
-            src[d] = f"{index[d]} - {before}" if before else index[d]
-            conds.append(f"0 <= {paren(src[d])} < {x.shape[d]}")
+            src[d] = f"{index[d]} - {source(before)}" if not is_value(before, 0) else index[d]
+            conds.append(f"0 <= {paren(src[d])} < {source(x.shape[d])}")
         inside = IndexValue(" and ".join(conds) or "True", "bool")
-        safe = [f"min(max({s}, 0), {max(x.shape[d] - 1, 0)})" if d in dims else s
+        safe = [f"min(max({s}, 0), {source(smax(x.shape[d] - 1, 0))})" if d in dims else s
                 for d, s in enumerate(src)]
         return Op("where", (inside, cast(x.load(safe), dtype), Const(value, dtype)), dtype)
     return Lazy(shape, dtype, fn, getattr(x, "ops", 0) + 1)

@@ -20,8 +20,9 @@ import torch
 
 from simaccel.codegen.dtypes import is_float, torch_to_np_dtype
 from simaccel.codegen.graph import GraphLowering, Unsupported
-from simaccel.codegen.ir import Const, Expr, IndexValue, Op
+from simaccel.codegen.ir import Const, Expr, IndexValue, Op, size_value
 from simaccel.codegen.registry import register
+from simaccel.codegen.sizes import float_source, is_symbolic, source
 from simaccel.codegen.values import (Lazy, Realized, TensorValue, cast, load_broadcast)
 
 aten = torch.ops.aten
@@ -34,6 +35,16 @@ def operand_expr(value: Any, out_shape: tuple[int, ...], index: list[str], dtype
     """Load ``value`` (tensor or Python scalar) broadcast to ``out_shape``, as ``dtype``."""
     if isinstance(value, TensorValue):
         return cast(load_broadcast(value, out_shape, index), dtype)
+    if is_symbolic(value):  # a size or lifted int: the kernel takes it as an argument
+        return cast(size_value(value), dtype)
+    if isinstance(value, torch.SymFloat):
+        # a float of sizes or lifted ints (``1.0 / p``, attention's 1/sqrt(head_dim)):
+        # evaluated in the kernel from its size arguments where it can be; else
+        # specialized, with the shape env's guard (listed in the report)
+        text = float_source(value)
+        if text is not None:
+            return cast(IndexValue(text, "float64"), dtype)
+        return Const(float(value), dtype if is_float(dtype) else "float64")
     if isinstance(value, bool) or dtype == "bool":
         return Const(bool(value), "bool") if dtype == "bool" else Const(int(value), dtype)
     if isinstance(value, (int, float)):
@@ -85,6 +96,9 @@ def elementwise(ctx: GraphLowering, op: str, operands: list[Any], compute: str |
 
 def lazy_const(ctx: GraphLowering, value: Any) -> Lazy:
     dtype = ctx.out_dtype()
+    if is_symbolic(value):
+        return Lazy(ctx.out_shape(), dtype,
+                    lambda index: operand_expr(value, (), [], dtype), 1)
     if dtype == "bool":
         value = bool(value)
     elif not is_float(dtype):
@@ -354,8 +368,9 @@ def _iota(ctx: GraphLowering, start: Any, step: Any) -> Lazy:
 
     def fn(index: list[str]) -> Expr:
         i = IndexValue(index[0], compute)
-        value = Op("add", (Const(start, compute), Op("mul", (i, Const(step, compute)),
-                                                      compute)), compute)
+        value = Op("add", (operand_expr(start, (), [], compute),
+                           Op("mul", (i, operand_expr(step, (), [], compute)), compute)),
+                   compute)
         return cast(value, dtype)
     return Lazy(ctx.out_shape(), dtype, fn, 2)
 
@@ -367,7 +382,8 @@ def _tril(ctx: GraphLowering, x: TensorValue, diagonal: int = 0) -> Lazy:
 
     def fn(index: list[str]) -> Expr:
         row, col = index[-2], index[-1]
-        keep = f"({col} - {row} <= {diagonal})" if lower else f"({col} - {row} >= {diagonal})"
+        diag = source(diagonal)
+        keep = f"({col} - {row} <= {diag})" if lower else f"({col} - {row} >= {diag})"
         return Op("where", (IndexValue(keep, "bool"), x.load(index), Const(0, dtype)
                             if dtype != "bool" else Const(False, "bool")), dtype)
     return Lazy(x.shape, dtype, fn, getattr(x, "ops", 0) + 1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from simaccel.codegen.dtypes import is_float
+from simaccel.codegen.special_ops import RENDERERS as SPECIAL_RENDERERS
 
 Renderer = Callable[[list[str], list[str], str], str]
 
@@ -127,8 +128,10 @@ RENDERERS: dict[str, Renderer] = {
     "fmod": _fmod,
     "pow": _pow,
     "where": lambda a, t, d: f"({a[1]} if {_truth(a[0], t[0])} else {a[2]})",
+    "fma": lambda a, t, d: f"lib.fma({a[0]}, {a[1]}, {a[2]})",
     "cast": _cast,
     "identity": lambda a, t, d: a[0],
+    **SPECIAL_RENDERERS,
 }
 
 

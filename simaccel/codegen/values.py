@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
-
 from simaccel.codegen.ir import Expr, Layout, Load, Op, affine, contiguous_strides, paren
+from simaccel.codegen.sizes import (Size, is_value, prod, same_size, size, smax, smin,
+                                    source)
 
 IndexFn = Callable[[list[str]], Expr]
 
@@ -27,7 +27,7 @@ class TensorValue:
 
     @property
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return prod(self.shape)
 
     def load(self, index: list[str]) -> Expr:
         raise NotImplementedError
@@ -46,8 +46,8 @@ class Realized(TensorValue):
 
     def is_contiguous(self) -> bool:
         expected = contiguous_strides(self.shape)
-        return all(size == 1 or s == e
-                   for size, s, e in zip(self.shape, self.layout.strides, expected))
+        return all(is_value(n, 1) or same_size(s, e)
+                   for n, s, e in zip(self.shape, self.layout.strides, expected))
 
 
 @dataclass
@@ -72,8 +72,8 @@ def broadcast_index(shape: tuple[int, ...], out_shape: tuple[int, ...],
                     index: list[str]) -> list[str]:
     """The index into a tensor of ``shape`` broadcast to ``out_shape``."""
     lead = len(out_shape) - len(shape)
-    return ["0" if size == 1 and out_shape[lead + k] != 1 else index[lead + k]
-            for k, size in enumerate(shape)]
+    return ["0" if is_value(n, 1) and not is_value(out_shape[lead + k], 1) else index[lead + k]
+            for k, n in enumerate(shape)]
 
 
 def load_broadcast(value: TensorValue, out_shape: tuple[int, ...], index: list[str]) -> Expr:
@@ -100,9 +100,10 @@ def permute(value: TensorValue, dims: list[int]) -> TensorValue:
 
 def expand(value: TensorValue, shape: list[int]) -> TensorValue:
     lead = len(shape) - value.ndim
-    shape = tuple(value.shape[k - lead] if s == -1 else s for k, s in enumerate(shape))
+    shape = tuple(value.shape[k - lead] if is_value(s, -1) else s for k, s in enumerate(shape))
     if isinstance(value, Realized):
-        strides = [0] * lead + [0 if value.shape[k] == 1 and shape[lead + k] != 1 else st
+        strides = [0] * lead + [0 if is_value(value.shape[k], 1)
+                                and not is_value(shape[lead + k], 1) else st
                                 for k, st in enumerate(value.layout.strides)]
         return value.restrided(shape, strides, value.layout.offset)
     return Lazy(shape, value.dtype,
@@ -124,7 +125,7 @@ def squeeze(value: TensorValue, dims: list[int] | None) -> TensorValue:
     if dims is None:
         dims = list(range(value.ndim))
     dims = [d % value.ndim for d in dims] if value.ndim else []
-    drop = {d for d in dims if value.shape[d] == 1}
+    drop = {d for d in dims if is_value(value.shape[d], 1)}
     keep = [k for k in range(value.ndim) if k not in drop]
     shape = tuple(value.shape[k] for k in keep)
     if isinstance(value, Realized):
@@ -141,9 +142,8 @@ def squeeze(value: TensorValue, dims: list[int] | None) -> TensorValue:
 
 def slice_dim(value: TensorValue, dim: int, start: int, end: int, step: int) -> TensorValue:
     dim = dim % value.ndim
-    size = value.shape[dim]
-    start, end = _clamp_slice(start, end, size)
-    length = max(0, (end - start + step - 1) // step)
+    start, end = _clamp_slice(start, end, value.shape[dim])
+    length = smax(0, (end - start + step - 1) // step)
     shape = value.shape[:dim] + (length,) + value.shape[dim + 1:]
     if isinstance(value, Realized):
         strides = list(value.layout.strides)
@@ -153,33 +153,42 @@ def slice_dim(value: TensorValue, dim: int, start: int, end: int, step: int) -> 
 
     def fn(index: list[str]) -> Expr:
         idx = list(index)
-        idx[dim] = f"{start} + {paren(idx[dim])}*{step}" if step != 1 else f"{start} + {idx[dim]}"
-        if start == 0 and step == 1:
-            idx[dim] = index[dim]
+        idx[dim] = affine([(idx[dim], step)], start)
         return value.load(idx)
     return Lazy(shape, value.dtype, fn, getattr(value, "ops", 1))
 
 
-def _clamp_slice(start: int | None, end: int | None, size: int) -> tuple[int, int]:
+#: an ``end`` this large means "to the end" (ATen passes INT64_MAX for ``x[a:]``)
+_OPEN_END = 1 << 62
+
+
+def _clamp_slice(start: Size | None, end: Size | None, n: Size) -> tuple[Size, Size]:
+    """ATen's slice bounds for a dim of ``n`` elements (negative counts from the end,
+    clamped into ``[0, n]``); symbolic bounds stay symbolic."""
     start = 0 if start is None else start
-    end = size if end is None else end
-    start = start + size if start < 0 else start
-    end = end + size if end < 0 else end
-    start = min(max(start, 0), size)
-    end = min(max(end, start), size)
+    end = n if end is None or (isinstance(end, int) and end >= _OPEN_END) else end
+    start = start + n if _negative(start) else start
+    end = end + n if _negative(end) else end
+    start = smin(smax(start, 0), n)
+    end = smin(smax(end, start), n)
     return start, end
+
+
+def _negative(value: Size) -> bool:
+    """``value < 0`` (a guard only if the shape env cannot tell, as Python slicing would)."""
+    return bool(value < 0)
 
 
 def select(value: TensorValue, dim: int, index_value: int) -> TensorValue:
     dim = dim % value.ndim
-    index_value = index_value + value.shape[dim] if index_value < 0 else index_value
+    index_value = index_value + value.shape[dim] if _negative(index_value) else index_value
     shape = value.shape[:dim] + value.shape[dim + 1:]
     if isinstance(value, Realized):
         strides = list(value.layout.strides)
         offset = value.layout.offset + index_value * strides.pop(dim)
         return value.restrided(shape, strides, offset)
     return Lazy(shape, value.dtype,
-                lambda index: value.load(index[:dim] + [str(index_value)] + index[dim:]),
+                lambda index: value.load(index[:dim] + [source(index_value)] + index[dim:]),
                 getattr(value, "ops", 1))
 
 
@@ -187,8 +196,8 @@ def view_strides(shape: tuple[int, ...], strides: tuple[int, ...],
                  new_shape: tuple[int, ...]) -> tuple[int, ...] | None:
     """Strides viewing a (shape, strides) tensor as ``new_shape`` without a copy, or None
     (the algorithm of ATen's ``computeStride``)."""
-    numel = int(np.prod(shape, dtype=np.int64))
-    if numel == 0 or not shape:
+    numel = prod(shape)
+    if not shape or is_value(numel, 0):
         return contiguous_strides(new_shape)
     new_strides = [0] * len(new_shape)
     view_d = len(new_shape) - 1
@@ -196,9 +205,9 @@ def view_strides(shape: tuple[int, ...], strides: tuple[int, ...],
     tensor_numel, view_numel = 1, 1
     for tensor_d in range(len(shape) - 1, -1, -1):
         tensor_numel *= shape[tensor_d]
-        if tensor_d == 0 or (shape[tensor_d - 1] != 1 and
+        if tensor_d == 0 or (not is_value(shape[tensor_d - 1], 1) and
                              strides[tensor_d - 1] != tensor_numel * chunk_base_stride):
-            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+            while view_d >= 0 and (view_numel < tensor_numel or is_value(new_shape[view_d], 1)):
                 new_strides[view_d] = view_numel * chunk_base_stride
                 view_numel *= new_shape[view_d]
                 view_d -= 1
@@ -214,8 +223,8 @@ def reshape_groups(old: tuple[int, ...], new: tuple[int, ...]) -> list[tuple[lis
     """Pair up runs of old and new dims with equal products (the dims a reshape merges
     or splits), ignoring size-1 dims. None when the shapes do not line up."""
     groups: list[tuple[list[int], list[int]]] = []
-    o_dims = [d for d, s in enumerate(old) if s != 1]
-    n_dims = [d for d, s in enumerate(new) if s != 1]
+    o_dims = [d for d, s in enumerate(old) if not is_value(s, 1)]
+    n_dims = [d for d, s in enumerate(new) if not is_value(s, 1)]
     i = j = 0
     while i < len(o_dims) or j < len(n_dims):
         if i >= len(o_dims) or j >= len(n_dims):
@@ -243,7 +252,7 @@ def reshape_lazy(value: TensorValue, new_shape: tuple[int, ...]) -> Lazy:
     combination of the new indices, a merged dim one ``//`` and ``%`` per old dim."""
     old_shape = value.shape
     groups = reshape_groups(old_shape, new_shape)
-    if groups is None or any(0 in old_shape for _ in [0]):
+    if groups is None or any(is_value(n, 0) for n in old_shape):
         groups = [([d for d in range(len(old_shape))], [d for d in range(len(new_shape))])]
 
     def fn(index: list[str]) -> Expr:
@@ -256,14 +265,16 @@ def reshape_lazy(value: TensorValue, new_shape: tuple[int, ...]) -> Lazy:
                 continue
             strides = contiguous_strides(tuple(old_shape[d] for d in old_dims))
             for k, (d, stride) in enumerate(zip(old_dims, strides)):
-                q = f"{paren(flat)} // {stride}" if stride != 1 else flat
-                old[d] = q if k == 0 else f"({q}) % {old_shape[d]}"
+                q = f"{paren(flat)} // {source(stride)}" if not is_value(stride, 1) else flat
+                old[d] = q if k == 0 else f"({q}) % {source(old_shape[d])}"
         return value.load(old)
     return Lazy(tuple(new_shape), value.dtype, fn, getattr(value, "ops", 1))
 
 
-def infer_shape(shape: list[int], numel: int) -> tuple[int, ...]:
-    if -1 in shape:
-        known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
-        shape = [numel // known if s == -1 and known else (0 if s == -1 else s) for s in shape]
-    return tuple(int(s) for s in shape)
+def infer_shape(shape: list[Size], numel: Size) -> tuple[Size, ...]:
+    """``shape`` with its ``-1`` (if any) inferred from ``numel``."""
+    if any(is_value(s, -1) for s in shape):
+        known = prod(s for s in shape if not is_value(s, -1))
+        shape = [(numel // known if not is_value(known, 0) else 0) if is_value(s, -1) else s
+                 for s in shape]
+    return tuple(size(s) for s in shape)

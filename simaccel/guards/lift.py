@@ -3,12 +3,22 @@
 The backend calls :func:`lift_scalars` at the top of its CompilerFn.  For one frame compile:
 
 1. First trace: Dynamo baked floats/ints into the graph and guards each one by value.
-   ``lift_scalars`` picks the liftable ones (policy + :func:`keep_reason`) and raises
-   Dynamo's restart exception: Dynamo re-traces the frame at once, in the same compile.
+   ``lift_scalars`` picks the liftable ones (policy + :func:`keep_reason`), keeps those the
+   graph only uses as shapes or ``double`` hyperparameters, and the settings of modules
+   and config objects it does not use at all (:mod:`simaccel.guards.graph_uses`), and
+   raises Dynamo's restart exception: Dynamo
+   re-traces the frame at once, in the same compile. A setting the graph did not use is
+   lifted by a later compile of the frame that sees it changed, as Dynamo's automatic
+   dynamic would make it dynamic after its first change.
 2. Re-trace: the chosen scalars are graph inputs now.  Any that Dynamo used as a tensor
-   shape or pinned to its value (``range(n)``, ``x.sum(dim=n)``) must stay specialized: one
-   more re-trace takes them back out.  This is the bound: at most two re-traces per compile.
-3. The graph handed back is compiled; the :class:`GuardReport` says what happened.
+   shape must stay specialized: one more re-trace takes them back out (at most two
+   re-traces for this).  One Dynamo pinned to its value (``range(n)``, a ``double``
+   argument) needs no re-trace: the graph is right for its value, as under ``lift='off'``.
+3. Safety: a re-trace that fails (Dynamo raises, the backend raises, a graph break moves)
+   is traced again with the sources the error involves specialized (all of them on a
+   second failure): at most one more trace per failure, three re-traces in all, one
+   WARNING line per frame compile.
+4. The graph handed back is compiled; the :class:`GuardReport` says what happened.
 
 Nothing here touches Dynamo directly; that is :mod:`simaccel.guards.dynamo`.
 """
@@ -21,8 +31,9 @@ from typing import Any
 import torch
 
 from simaccel.guards import dynamo
+from simaccel.guards.graph_uses import ABSENT, HYPERPARAMETER, SHAPE, VALUE, predict_uses
 from simaccel.guards.nn_constants import nn_constant_reason
-from simaccel.guards.policy import LiftPolicy
+from simaccel.guards.policy import LiftPolicy, parse_source_path
 from simaccel.guards.records import LiftOutcome, RetraceRequest, ScalarSite
 from simaccel.guards.report import (
     ARRIVES_AS_GUARD_ONLY, ARRIVES_AS_SYMINT, ARRIVES_AS_TENSOR, DroppedGuard, GuardReport,
@@ -31,15 +42,30 @@ from simaccel.guards.report import (
 
 log = logging.getLogger("simaccel")
 
+#: re-traces that lift, then take shape uses back out
 MAX_RETRACES = 2
+#: re-traces in all, failures included (the last one lifts nothing)
+MAX_RETRACES_WITH_FAILURES = 3
 
 _DEMOTE_REASONS = {
     "shape": "used as a tensor shape/size: lifting it would make shapes dynamic",
-    "specialized": "Dynamo specialized it (range bound, dim, int() or == comparison, or an "
-                   "op AOTAutograd cannot tensorify such as pow/clamp/full)",
+    "specialized": "Dynamo specialized it (range bound, dim, int() or == comparison, a "
+                   "float argument ATen takes as a constant, or, under another backend's "
+                   "AOTAutograd, an op its tensorify pass cannot rewrite)",
     "not_lifted": "Dynamo kept it specialized on the re-trace",
 }
+_PREDICTED_REASONS = {
+    SHAPE: "the first trace's graph uses it only as a shape, dim or index (not re-traced)",
+    HYPERPARAMETER: "the first trace's graph passes it only as a constant ATen "
+                    "specializes (eps, momentum, dropout p; not re-traced)",
+    ABSENT: "the first trace's graph does not use it (control flow, a loop bound or a "
+            "Python index); lifted once it changes, as Dynamo's automatic dynamic would",
+}
 _MAX_PREDICATES_SHOWN = 3
+
+
+class GraphBreakMoved(Exception):
+    """A lifting re-trace ended its graph elsewhere than the first trace did."""
 
 
 def keep_reason(site: ScalarSite) -> str | None:
@@ -75,8 +101,8 @@ def lift_scalars(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     dynamo.assert_supported_torch()
     request = dynamo.pending_retrace()
     if request is None:
-        _first_trace(policy)
-        return _report(gm, label, policy, None, {})
+        held = _first_trace(gm, policy)
+        return _report(gm, label, policy, None, {}, held=held)
     return _after_retrace(gm, label, policy, request)
 
 
@@ -90,49 +116,98 @@ def _report_without_lifting(gm: torch.fx.GraphModule, label: str,
     return _report(gm, label, policy, None, {})
 
 
-def _first_trace(policy: LiftPolicy) -> None:
-    """Ask for a re-trace if there is anything to lift (raises), else return."""
+def _first_trace(gm: torch.fx.GraphModule, policy: LiftPolicy) -> dict[str, str]:
+    """Ask for a re-trace if there is anything worth lifting (raises), else return the
+    sources held back by what the graph does with them, with the reason."""
     known_bad = dynamo.unliftable()
-    chosen = [s for s in dynamo.value_guard_sites()
-              if keep_reason(s) is None and policy.decide(s.source) is None
-              and s.source not in known_bad]
+    sites = [s for s in dynamo.value_guard_sites()
+             if keep_reason(s) is None and policy.decide(s.source) is None]
+    changed = dynamo.changed_sources({s.source: s.value for s in sites})
+    sites = [s for s in sites if s.source not in known_bad]
+    uses = predict_uses(gm, [(s.source, s.value) for s in sites])
+    chosen = [s for s in sites if uses[s.source] == VALUE or (
+        uses[s.source] == ABSENT and (s.source in changed or not _in_an_object(s)))]
+    held = {s.source: _PREDICTED_REASONS[uses[s.source]] for s in sites if s not in chosen}
+    if held:
+        log.info("simaccel: not lifted (from the first trace's graph): %s",
+                 "; ".join(f"{n}: {r}" for n, r in held.items()))
     if not chosen:
-        return
+        return held
     before = dynamo.readable_guards(s.source for s in chosen)
-    dynamo.request_retrace(chosen, before)
+    dynamo.request_retrace(chosen, before, held, first_break=dynamo.graph_end(),
+                           on_failure=_on_failure)
+
+
+def _in_an_object(site: ScalarSite) -> bool:
+    """Whether ``site`` is read through an attribute (``L['self'].config.n_layer``,
+    ``L['self'].param_groups[0]['momentum']``): a module's or config object's setting. One
+    the graph does not use waits for its first change; an argument, global or closure cell
+    is lifted at once (Dynamo may have folded it into another constant: ``b * n``)."""
+    tokens = parse_source_path(site.source) or ()
+    return any(token[0] == "attr" for token in tokens)
 
 
 def _after_retrace(gm: torch.fx.GraphModule, label: str, policy: LiftPolicy,
                    request: RetraceRequest) -> GuardReport:
     """Check the re-traced graph; take back out what must stay specialized (bounded)."""
+    if request.first_break is not None and request.sites \
+            and dynamo.graph_end() != request.first_break:
+        _on_failure(request, GraphBreakMoved(
+            "the graph now ends at another graph break than without lifting"), ())
     outcomes = dynamo.inspect_lifted(gm, request.sites)
-    demote = {n: o for n, o in outcomes.items() if o.status in ("shape", "specialized")}
+    kept = {n: o for n, o in outcomes.items()
+            if o.status in ("shape", "specialized", "not_lifted")}
+    reasons = {n: _demote_reason(o) for n, o in kept.items()}
     dynamo.remember_unliftable({n: _DEMOTE_REASONS[o.status] + " (an earlier trace)"
-                                for n, o in demote.items()})
-    if demote and request.rounds < MAX_RETRACES:
-        remaining = [s for n, s in request.sites.items() if n not in demote]
-        reasons = {n: _demote_reason(o) for n, o in demote.items()}
-        dynamo.request_retrace(remaining, request.before, {**request.demoted, **reasons})
-    return _report(gm, label, policy, request, outcomes, _final_warnings(request, outcomes))
+                                for n, o in kept.items() if o.status != "not_lifted"})
+    for name, reason in reasons.items():
+        log.info("simaccel: %s stays specialized: %s", name, reason)
+    shapes = {n for n, o in kept.items() if o.status == "shape"}
+    if shapes and request.rounds < MAX_RETRACES:
+        remaining = [s for n, s in request.sites.items() if n not in shapes]
+        dynamo.request_retrace(remaining, request.before,
+                               {**request.demoted, **{n: reasons[n] for n in shapes}})
+    request.demoted.update(reasons)
+    for name in shapes:  # out of re-traces: compiled with a symbolic shape
+        _warn(request, f"{name} could not be lifted after {request.rounds} re-trace(s): "
+                       f"{reasons[name]}; compiled with a symbolic shape")
+    return _report(gm, label, policy, request, outcomes, tuple(request.warnings))
 
 
-def _final_warnings(request: RetraceRequest,
-                    outcomes: dict[str, LiftOutcome]) -> tuple[str, ...]:
-    """Log and list the sources the last allowed re-trace still could not lift cleanly."""
-    warnings = []
-    for name, outcome in outcomes.items():
-        if outcome.status not in ("shape", "specialized", "not_lifted"):
-            continue
-        reason = _demote_reason(outcome)
-        request.demoted.setdefault(name, reason)
-        dynamo.remember_unliftable({name: _DEMOTE_REASONS[outcome.status] + " (an earlier trace)"})
-        effect = ("compiled with a symbolic shape" if outcome.status == "shape"
-                  else "stays specialized; a new value recompiles")
-        warnings.append(f"{name} could not be lifted after {request.rounds} re-trace(s): "
-                        f"{reason}; {effect}")
-    for text in warnings:
-        log.warning("simaccel: %s", text)
-    return tuple(warnings)
+def _on_failure(request: RetraceRequest, err: BaseException,
+                suspects: tuple[str, ...]) -> None:
+    """A re-trace failed: trace again with the sources involved (all of them on a second
+    failure, or when none is identified) specialized. Raises Dynamo's restart; returns
+    (the error goes on) once the re-traces are used up."""
+    if request.rounds >= MAX_RETRACES_WITH_FAILURES or not request.sites:
+        return
+    culprits = [n for n in request.sites
+                if n in suspects or not suspects or request.rounds >= MAX_RETRACES]
+    text = _error_text(err)
+    reasons = {n: f"lifting it made the re-trace fail ({text})" for n in culprits}
+    dynamo.remember_unliftable(reasons)
+    _warn(request, f"lifting {', '.join(culprits)} made the re-trace fail ({text}); "
+                   f"kept specialized, as with lift='off', and traced the frame again")
+    remaining = [s for n, s in request.sites.items() if n not in culprits]
+    dynamo.request_retrace(remaining, request.before, {**request.demoted, **reasons})
+
+
+def _error_text(err: BaseException) -> str:
+    """``Type: first line of the message`` of ``err`` (of the error a
+    ``BackendCompilerFailed`` wraps)."""
+    cause = getattr(err, "inner_exception", None) or err
+    lines = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {lines[0][:160]}" if lines else type(cause).__name__
+
+
+def _warn(request: RetraceRequest, text: str) -> None:
+    """Report ``text``; the first of a compile is also its one WARNING line."""
+    request.warnings.append(text)
+    if request.warned:
+        log.info("simaccel: %s", text)
+        return
+    request.warned = True
+    log.warning("simaccel: %s (details: simaccel.reports())", text)
 
 
 def _demote_reason(outcome: LiftOutcome) -> str:
@@ -147,21 +222,25 @@ def _demote_reason(outcome: LiftOutcome) -> str:
 
 def _report(gm: torch.fx.GraphModule, label: str, policy: LiftPolicy,
             request: RetraceRequest | None, outcomes: dict[str, LiftOutcome],
-            warnings: tuple[str, ...] = ()) -> GuardReport:
-    """Describe ``gm``: its scalar inputs, the guards dropped and the value guards kept."""
+            warnings: tuple[str, ...] = (), held: dict[str, str] | None = None
+            ) -> GuardReport:
+    """Describe ``gm``: its scalar inputs, the guards dropped and the value guards kept
+    (``held``: sources the first trace held back, when there was no re-trace)."""
     requested = request.sites if request is not None else {}
     lifted = _lifted(gm, requested, outcomes)
     dropped = _dropped(request, [s.source for s in lifted if s.source in requested])
-    kept = _kept(policy, request)
+    kept = _kept(policy, request, held or {}, outcomes)
     return GuardReport(label, tuple(lifted), tuple(dropped), tuple(kept),
                        retraced=request is not None, warnings=warnings)
 
 
 def _lifted(gm: torch.fx.GraphModule, requested: dict[str, ScalarSite],
             outcomes: dict[str, LiftOutcome]) -> list[LiftedScalar]:
-    """Every scalar graph input, plus requested scalars that only a predicate guard uses."""
+    """Every scalar graph input, plus requested scalars that only a predicate guard uses
+    (not a requested one the re-trace pinned again: its input is left unused)."""
+    pinned = {n for n, o in outcomes.items() if o.status in ("specialized", "not_lifted")}
     lifted = [_lifted_scalar(site, outcome, "simaccel" if site.source in requested else "dynamo")
-              for site, outcome in dynamo.scalar_inputs(gm)]
+              for site, outcome in dynamo.scalar_inputs(gm) if site.source not in pinned]
     for name, outcome in outcomes.items():
         if outcome.status == "guard_only":
             lifted.append(_lifted_scalar(requested[name], outcome, "simaccel"))
@@ -193,13 +272,21 @@ def _dropped(request: RetraceRequest | None, names: Iterable[str]) -> list[Dropp
     return dropped
 
 
-def _kept(policy: LiftPolicy, request: RetraceRequest | None) -> list[KeptGuard]:
-    """The frame's remaining value guards, each with the reason it stays."""
+def _kept(policy: LiftPolicy, request: RetraceRequest | None, held: dict[str, str],
+          outcomes: dict[str, LiftOutcome]) -> list[KeptGuard]:
+    """The frame's remaining value guards, each with the reason it stays; and the
+    requested sources the re-trace pinned again (their guard is a shape-env guard such as
+    ``Eq(L['n'], 2)`` instead of a value guard)."""
     demoted = {} if policy.mode == "off" else {
-        **dynamo.unliftable(), **(request.demoted if request is not None else {})}
+        **dynamo.unliftable(), **held, **(request.demoted if request is not None else {})}
     kept = []
     for site in dynamo.value_guard_sites():
         reason = (demoted.get(site.source) or keep_reason(site)
                   or policy.decide(site.source) or "not lifted")
         kept.append(KeptGuard(site.source, site.guard, reason))
+    listed = {k.source for k in kept}
+    for name, outcome in outcomes.items():
+        if outcome.status == "specialized" and name not in listed:
+            guard = "; ".join(outcome.predicates) or f"{name} pinned by the shape env"
+            kept.append(KeptGuard(name, guard, demoted.get(name, _demote_reason(outcome))))
     return kept

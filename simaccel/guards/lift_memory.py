@@ -29,7 +29,7 @@ from simaccel.cachedir import default_cache_dir, private_subdir, write_atomic
 
 log = logging.getLogger("simaccel")
 
-FORMAT = 1
+FORMAT = 2  # 2: floats the tensorify pass used to specialize are lifted now
 #: keys of the entries this process wrote
 _WRITTEN: set[str] = set()
 #: code object -> (its key, the entry an earlier process left, read once per process)

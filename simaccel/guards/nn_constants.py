@@ -16,15 +16,15 @@ from torch.nn.modules.batchnorm import _NormBase
 from torch.nn.modules.dropout import _DropoutNd
 
 #: (layer class, attributes Dynamo specializes on use); subclasses are covered
-#: (_NormBase: BatchNorm*, SyncBatchNorm, InstanceNorm*; Hardtanh: ReLU6).
+#: (_NormBase: BatchNorm*, SyncBatchNorm, InstanceNorm*). Hardtanh/ReLU6 bounds and
+#: ``Threshold.value`` left the table: simaccel lowers their symbolic clamp and where
+#: operands itself (:mod:`simaccel.codegen.lower_scalar_args`), so they are lifted.
 NN_CONSTANTS: tuple[tuple[type, frozenset[str]], ...] = (
     (nn.LayerNorm, frozenset({"eps"})),
     (nn.GroupNorm, frozenset({"eps", "num_groups"})),
     (_NormBase, frozenset({"eps", "momentum", "num_features"})),
     (nn.Embedding, frozenset({"norm_type"})),
     (_DropoutNd, frozenset({"p"})),
-    (nn.Hardtanh, frozenset({"min_val", "max_val"})),
-    (nn.Threshold, frozenset({"value"})),
     (nn.Softmax, frozenset({"dim"})),
     (nn.LogSoftmax, frozenset({"dim"})),
     (nn.Softmin, frozenset({"dim"})),

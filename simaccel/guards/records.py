@@ -59,8 +59,15 @@ class LiftOutcome:
 class RetraceRequest:
     """Sources simaccel asked Dynamo to lift in the compile ``compile_id``.
 
-    ``before`` holds the readable guards of the first trace; ``demoted`` the sources taken
-    back out after a previous re-trace, with the reason. ``rounds`` counts re-traces asked.
+    ``before`` holds the readable guards of the first trace; ``demoted`` the sources not
+    lifted (taken back out after a re-trace, or never asked for), with the reason.
+    ``rounds`` counts re-traces asked. ``first_break`` is where the first trace's graph
+    ended (:func:`simaccel.guards.dynamo.graph_end`): a re-trace must end there too.
+    ``on_failure(request, error, suspects)`` is called when a re-trace fails (Dynamo or
+    the backend raised; ``suspects``: the requested sources the error involves, may be
+    empty): it raises Dynamo's restart to trace again, or returns to let the error pass.
+    ``warnings`` collects what the compile reports; ``warned`` is set once it logged its
+    one WARNING line.
     """
 
     compile_id: str
@@ -68,6 +75,10 @@ class RetraceRequest:
     before: dict[str, tuple[str, ...]]
     demoted: dict[str, str] = field(default_factory=dict)
     rounds: int = 1
+    first_break: Any = None
+    on_failure: Callable[[Any, BaseException, tuple[str, ...]], None] | None = None
+    warnings: list[str] = field(default_factory=list)
+    warned: bool = False
     undo_config: list[Callable[[], None]] = field(default_factory=list)
     undo_frame_state: list[Callable[[], None]] = field(default_factory=list)
 

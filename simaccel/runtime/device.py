@@ -59,6 +59,11 @@ class Device:
         with self._lock:
             self._programs.add(program)
 
+    def programs(self) -> list[Any]:
+        """The programs loaded on this device and still alive (for tools and tests)."""
+        with self._lock:
+            return list(self._programs)
+
     def release_idle_workspaces(self, keep: Any = None) -> int:
         """Ask every idle program (but ``keep``) to free its workspace; returns bytes freed."""
         with self._lock:

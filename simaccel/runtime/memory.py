@@ -429,6 +429,12 @@ class DeviceMemory:
         return self._arena
 
     @property
+    def address(self) -> int:
+        """The arena's host address (bytes): a view at offset ``o`` starts at
+        ``address + o``."""
+        return int(self.arena.__array_interface__["data"][0])
+
+    @property
     def materialized(self) -> bool:
         """True once the arena's numpy buffer exists."""
         return self._arena is not None

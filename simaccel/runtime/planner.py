@@ -172,3 +172,40 @@ def plan_memory(buffers: list[PlanBuffer], alignment: int) -> MemoryPlan:
     return MemoryPlan(offsets=offsets, sizes=sizes, total_bytes=total,
                       lower_bound_bytes=_lower_bound(list(buffers), sizes), naive_bytes=naive,
                       alignment=alignment, strategy=strategy, buffers=tuple(buffers))
+
+
+class StackedPlan:
+    """A plan made once, re-evaluated cheaply for other buffer sizes (dynamic shapes).
+
+    The plan's placement is kept as a stacking order: each buffer sits on top of the
+    buffers it is live with that the plan put below it. For new sizes, each buffer's
+    offset is the aligned top of those (in the plan's bottom-up order), so buffers live
+    together never overlap at any sizes, and at the sizes the plan was made for the result
+    is never larger than the plan."""
+
+    def __init__(self, plan: MemoryPlan):
+        self.alignment = plan.alignment
+        self.buffers = plan.buffers
+        # zero-byte buffers last: they stack on everything they are live with
+        order = sorted(plan.buffers, key=lambda b: (plan.sizes[b.name] == 0,
+                                                    plan.offsets[b.name], b.name))
+        position = {b.name: k for k, b in enumerate(order)}
+        self._order = [(b.name, [position[p.name] for p in order[:k] if p.lives_with(b)])
+                       for k, b in enumerate(order)]
+
+    def at(self, nbytes: dict[str, int]) -> MemoryPlan:
+        """The plan for these buffer sizes (bytes, by name)."""
+        alignment = self.alignment
+        sizes = {name: _aligned(nbytes[name], alignment) for name in nbytes}
+        tops: list[int] = []
+        offsets: dict[str, int] = {}
+        for name, below in self._order:
+            size = sizes[name]
+            base = _aligned(max((tops[k] for k in below), default=0), alignment) if size else 0
+            offsets[name] = base
+            tops.append(base + size)
+        total = max(tops, default=0)
+        return MemoryPlan(offsets=offsets, sizes=sizes, total_bytes=total,
+                          lower_bound_bytes=_lower_bound(list(self.buffers), sizes),
+                          naive_bytes=sum(sizes.values()), alignment=alignment,
+                          strategy="stacked", buffers=self.buffers)

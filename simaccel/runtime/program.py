@@ -27,55 +27,36 @@ from simaccel.runtime.constbank import ConstantBank
 from simaccel.runtime.device import Device
 from simaccel.runtime.hostmap import check_mapped, mapped_steps
 from simaccel.runtime.memory import Block
-from simaccel.runtime.planner import MemoryPlan, PlanBuffer, plan_memory
+from simaccel.runtime.layout import MAX_LAYOUTS, Layouts, SizedLayout, output_view
 from simaccel.runtime.resident import BoundWorkspace, ResidentState
 from simaccel.runtime.spec import (BufferDecl, HostStep, InputPlan, LaunchStep, OutputDecl,
                                    Placement, ProgramSpec, Step)
 
 __all__ = ["BufferDecl", "HostStep", "InputPlan", "LaunchStep", "OutputDecl", "Placement",
-           "Program", "ProgramSpec", "build_plan"]
-
-
-def build_plan(spec: ProgramSpec) -> MemoryPlan:
-    """Offsets of the per-call buffers by liveness over the step list, each step's
-    declared ``reads`` and ``writes``. Resident and host-mapped inputs take no workspace
-    (they live in blocks of their own, or in host memory), nor do constants and scalars."""
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    n = len(spec.steps)
-    for plan in spec.inputs_placed(Placement.COPIED):
-        first[plan.buffer] = last[plan.buffer] = 0
-    for k, step in enumerate(spec.steps, start=1):
-        for name in (*step.reads, *step.writes):
-            first.setdefault(name, k)
-            last[name] = k
-    for out in spec.outputs:
-        if out is not None:
-            first.setdefault(out.buffer, n + 1)
-            last[out.buffer] = n + 1
-    off_workspace = {p.buffer for p in spec.inputs_placed(Placement.RESIDENT, Placement.MAPPED)}
-    buffers = [PlanBuffer(name, decl.nbytes, first[name], last[name])
-               for name, decl in spec.buffers.items()
-               if decl.kind not in ("constant", "scalar") and name in first
-               and name not in off_workspace]
-    return plan_memory(buffers, spec.alignment)
+           "Program", "ProgramSpec"]
 
 
 class Program:
     """Runs a :class:`ProgramSpec` on a :class:`Device`. Calls are serialised per program
     (its resident constant bank is shared state); different programs run concurrently.
-    Memory is planned once, here."""
+    Memory is planned once, here (over dynamic sizes: at the traced sizes, re-stacked for
+    each new size tuple, see :mod:`simaccel.runtime.layout`)."""
 
     def __init__(self, device: Device, spec: ProgramSpec):
         self.device = device
         self.spec = spec
         _check_alignment(spec, device)
-        self.plan = build_plan(spec)
+        self._layouts = Layouts(spec)
+        #: the memory plan at the traced sizes
+        self.plan = self._layouts.first.plan
         device.count("memory_plans")
+        self._symbols = spec.symbols
+        self._symbol_names = [src.symbol for src in spec.symbols]
         self._lock = threading.Lock()
         self._state = ResidentState()
         self._generation = -1
-        self._bound: BoundWorkspace | None = None
+        #: bound workspaces by size tuple (one, ``()``, for static shapes)
+        self._bound: dict[tuple[int, ...], BoundWorkspace] = {}
         self._bank = ConstantBank([(p.index, p.buffer, np.dtype(p.dtype))
                                    for p in spec.inputs_placed(Placement.BANK)])
         self._resident_inputs = spec.inputs_placed(Placement.RESIDENT)
@@ -86,7 +67,6 @@ class Program:
         #: per streamed input: mapped or copied (None: all copied, the engine's fast path)
         self._mapped_flags = mapped if any(mapped) else None
         self._mapped_steps = mapped_steps(spec.steps, self._streamed)
-        self._durations: list[float] = []
         self._kernel_wall_ns = 0
         self._launches_per_call = sum(step.on_device for step in spec.steps)
         self._finalizer = weakref.finalize(self, self._state.free)
@@ -96,6 +76,21 @@ class Program:
     def host_mapped(self) -> dict[int, str]:
         """The inputs (argument index -> buffer) a kernel reads in place from host memory."""
         return {p.index: p.buffer for p in self._streamed if p.placement is Placement.MAPPED}
+
+    def layout_for(self, args: list[Any]) -> SizedLayout:
+        """The layout of a call on ``args`` (host arrays and Python numbers): its sizes
+        read from the arguments the spec's symbols name."""
+        if not self._symbols:
+            return self._layouts.first
+        return self._layouts.at(tuple(src.read(args) for src in self._symbols))
+
+    def plan_at(self, sizes: tuple[int, ...]):
+        """The memory plan a call at these sizes (the symbols' values) uses."""
+        return self._layouts.at(sizes).plan
+
+    def traced_bytes(self, buffer: str) -> int:
+        """Bytes of ``buffer`` at the traced sizes."""
+        return self._layouts.first.numel[buffer] * self.spec.buffers[buffer].itemsize
 
     @property
     def bank_inputs(self) -> frozenset[int]:
@@ -114,7 +109,7 @@ class Program:
         device = self.device
         _check_alignment(self.spec, device)
         self._state.free()
-        self._bound = None
+        self._bound.clear()
         state = self._state
         constants = self.spec.constants
         nbytes = sum(self.spec.buffers[n].nbytes for n in constants)
@@ -135,45 +130,52 @@ class Program:
             device.dma.submit(descs)
             device.count("resident_uploads", len(descs))
             device.count("resident_bytes", sum(d.nbytes for d in descs))
-        self._durations = [device.kernel_time_ns(st.flops, st.nbytes)
-                           if isinstance(st, LaunchStep) else 0.0 for st in self.spec.steps]
         self._generation = device.generation
 
     # ------------------------------------------------------------------ per call
 
     def run(self, args: list[Any], host_outputs: list[np.ndarray | None],
             resident_keys: dict[int, Any] | None = None,
-            data_ptrs: list[int] | None = None) -> None:
+            data_ptrs: list[int] | None = None, layout: SizedLayout | None = None) -> None:
         """Execute once: ``args`` are host arrays / Python scalars by argument index;
         each tensor output is copied into ``host_outputs[k]``. ``resident_keys`` identify
         the current contents of resident inputs (same key: no upload). ``data_ptrs``: the
         address of each tensor argument's first element (bytes), where the caller knows it
-        cheaply; read from the arrays otherwise."""
+        cheaply; read from the arrays otherwise. ``layout``: :meth:`layout_for` of ``args``
+        when the caller has it already."""
         device = self.device
+        layout = layout or self.layout_for(args)
         with self._lock:
             if self._generation != device.generation:
                 self._ensure_resident()
-            ready = self._upload_resident(args, resident_keys) if self._resident_inputs else 0.0
-            bound = self._bind_workspace(self._workspace())
+            ready = (self._upload_resident(args, resident_keys, layout)
+                     if self._resident_inputs else 0.0)
+            bound = self._bind_workspace(self._workspace(layout.plan.total_bytes), layout)
             ready = max(ready, self._upload(bound, args, data_ptrs))
             end = self._launch_all(bound, ready)
             self._download(bound, host_outputs, end)
         device.count_call(self._launches_per_call, self._kernel_wall_ns)
 
-    def _workspace(self) -> Block:
-        """The program's workspace block (planned offsets of every per-call buffer).
+    def _workspace(self, nbytes: int) -> Block:
+        """The program's workspace block (planned offsets of every per-call buffer), at
+        least ``nbytes`` large.
 
         Like an XLA executable's temp buffer it is allocated at the first call and kept
-        until the program is garbage collected; under memory pressure the device asks idle
-        programs to give theirs back before it reports out-of-memory."""
+        until the program is garbage collected (a call at larger sizes swaps it for a
+        larger one); under memory pressure the device asks idle programs to give theirs
+        back before it reports out-of-memory."""
         block = self._state.workspace
+        if block is not None and block.size < nbytes:
+            self._state.allocator.free(block)
+            self._state.workspace = block = None
+            self._bound.clear()
         if block is None:
             # One OOM is counted only if the request fails after idle programs gave back
             # their workspaces, as PyTorch counts one per OOM raised to the user.
-            block = self.device.allocator.try_malloc(self.plan.total_bytes)
+            block = self.device.allocator.try_malloc(nbytes)
             if block is None:
                 self.device.release_idle_workspaces(keep=self)
-                block = self.device.allocator.malloc(self.plan.total_bytes)
+                block = self.device.allocator.malloc(nbytes)
             self._state.workspace = block
         return block
 
@@ -186,33 +188,46 @@ class Program:
             if block is None:
                 return 0
             self._state.allocator.free(block)
-            self._bound = None
+            self._bound.clear()
             return block.size
         finally:
             self._lock.release()
 
-    def _bind_workspace(self, block: Block) -> BoundWorkspace:
+    def _bind_workspace(self, block: Block, layout: SizedLayout) -> BoundWorkspace:
         """Views of every buffer in ``block`` and the launches bound to them (made once
-        per block; a kernel reading a host-mapped input is bound per call, later)."""
-        if self._bound is not None and self._bound.offset == block.offset:
-            return self._bound
-        memory = self.device.memory
+        per block and size tuple; a kernel reading a host-mapped input is bound per call,
+        later)."""
+        bound = self._bound.get(layout.sizes)
+        if bound is not None and bound.offset == block.offset:
+            return bound
+        memory, numel = self.device.memory, layout.numel
         views: dict[str, np.ndarray] = dict(self._state.views)
         views.update(self._bank.views(self._state.bank))
-        for name, off in self.plan.offsets.items():
+        # data addresses of the workspace views, known from their offsets (reading them
+        # back from numpy costs ~4 us a view, and a new size tuple rebinds every launch)
+        base = memory.address + block.offset
+        addresses: dict[str, int] = {}
+        for name, off in layout.plan.offsets.items():
             decl = self.spec.buffers[name]
-            views[name] = memory.view(block.offset + off, np.dtype(decl.dtype), decl.numel)
+            views[name] = memory.view(block.offset + off, np.dtype(decl.dtype), numel[name])
+            addresses[name] = base + off
         mapped = {k for k, _ in self._mapped_steps}
         launches = [_unbound if k in mapped else
-                    _bind(step.fn, [views[b] for b in step.buffers] + list(step.params))
+                    _bind(step.fn, [views[b] for b in step.buffers] + list(layout.params[k]),
+                          [addresses.get(b) for b in step.buffers])
                     if isinstance(step, LaunchStep) else None
                     for k, step in enumerate(self.spec.steps)]
-        self._bound = BoundWorkspace(
-            block.offset, views,
-            [(k, _output_view(views, out), out.buffer)
-             for k, out in enumerate(self.spec.outputs) if out is not None],
-            [views.get(p.buffer) for p in self._streamed], launches)
-        return self._bound
+        outputs = [(k, output_view(views[out.buffer], *layout.outputs[k]), out.buffer)
+                   for k, out in enumerate(self.spec.outputs) if out is not None]
+        durations = [self.device.kernel_time_ns(*cost) if isinstance(step, LaunchStep) else 0.0
+                     for step, cost in zip(self.spec.steps, layout.costs)]
+        bound = BoundWorkspace(block.offset, views, outputs,
+                               [views.get(p.buffer) for p in self._streamed], launches,
+                               durations, layout)
+        if len(self._bound) >= MAX_LAYOUTS:
+            self._bound.pop(next(iter(self._bound)))  # the oldest size tuple's
+        self._bound[layout.sizes] = bound
+        return bound
 
     def _upload(self, bound: BoundWorkspace, args: list[Any],
                 data_ptrs: list[int] | None) -> float:
@@ -243,10 +258,11 @@ class Program:
         it is bound to the same addresses already (a caller passing the same tensor every
         call binds nothing after the first). The bound launch keeps its arrays alive, so an
         address seen again is the same live memory."""
+        numel = bound.layout.numel
         for pos, plan in enumerate(self._streamed):
             if plan.placement is Placement.MAPPED:
-                decl = self.spec.buffers[plan.buffer]
-                check_mapped(plan.index, plan.buffer, srcs[pos], np.dtype(decl.dtype), decl.numel)
+                check_mapped(plan.index, plan.buffer, srcs[pos], np.dtype(plan.dtype),
+                             numel[plan.buffer])
         for k, positions in self._mapped_steps:
             key = tuple(_data_ptr(self._streamed[p].index, srcs[p], data_ptrs) for p in positions)
             if bound.mapped_keys.get(k) == key:
@@ -255,7 +271,8 @@ class Program:
             hosts = {self._streamed[p].buffer: srcs[p].reshape(-1) for p in positions}
             step = self.spec.steps[k]
             bound.launches[k] = _bind(step.fn, [hosts[b] if b in hosts else bound.views[b]
-                                                for b in step.buffers] + list(step.params))
+                                                for b in step.buffers]
+                                      + list(bound.layout.params[k]))
             bound.mapped_keys[k] = key
 
     def _aligned(self, plan: InputPlan, host: np.ndarray, data_ptrs: list[int] | None) -> bool:
@@ -272,7 +289,8 @@ class Program:
                 f"have recompiled this graph (please report this)")
         return aligned
 
-    def _upload_resident(self, args: list[Any], keys: dict[int, Any] | None) -> float:
+    def _upload_resident(self, args: list[Any], keys: dict[int, Any] | None,
+                         layout: SizedLayout) -> float:
         """Upload resident inputs whose key changed (first call, in-place update, new
         tensor); one scatter-gather submit for all of them. Their alignment is checked
         here, at each upload, not per call."""
@@ -285,7 +303,7 @@ class Program:
                 continue
             host = args[plan.index]
             srcs.append(host)
-            dsts.append(self._resident_view(plan.buffer))
+            dsts.append(self._resident_view(plan.buffer, layout.numel[plan.buffer]))
             labels.append(plan.buffer)
             staged.append(not self._aligned(plan, host, None))
             known[plan.buffer] = key
@@ -295,15 +313,19 @@ class Program:
         self.device.count("resident_bytes", sum(d.nbytes for d in dsts))
         return self.device.dma.copy_many("h2d", srcs, dsts, labels, staged=staged)
 
-    def _resident_view(self, name: str) -> np.ndarray:
+    def _resident_view(self, name: str, numel: int) -> np.ndarray:
+        """The device view of resident input ``name`` (a block of its own, allocated at
+        the first upload, and again when a dynamic size outgrows it)."""
         views = self._state.views
-        if name not in views:
+        view = views.get(name)
+        if view is None or view.size != numel:
             decl = self.spec.buffers[name]
-            block = self.device.allocator.malloc(decl.nbytes)
+            block = self.device.allocator.malloc(numel * decl.itemsize)
             self._state.input_blocks.append(block)
-            views[name] = self.device.memory.view(block.offset, np.dtype(decl.dtype), decl.numel)
-            self._bound = None
-        return views[name]
+            views[name] = view = self.device.memory.view(block.offset, np.dtype(decl.dtype),
+                                                         numel)
+            self._bound.clear()
+        return view
 
     def _launch_all(self, bound: BoundWorkspace, ready_ns: float) -> float:
         device = self.device
@@ -311,7 +333,7 @@ class Program:
         clock = time.perf_counter_ns
         end = ready_ns
         wall = 0
-        for step, launch, duration in zip(self.spec.steps, bound.launches, self._durations):
+        for step, launch, duration in zip(self.spec.steps, bound.launches, bound.durations):
             if launch is not None:
                 with device.compute_lock:
                     t0 = clock()
@@ -319,18 +341,21 @@ class Program:
                     wall += clock() - t0
                 end = schedule(step.name, duration, end)[1]
             else:
-                end = self._run_host(step, bound.views, end)
+                sizes = dict(zip(self._symbol_names, bound.layout.sizes))
+                end = self._run_host(step, bound.views, end, sizes)
         self._kernel_wall_ns = wall
         return end
 
-    def _run_host(self, step: Step, views: dict[str, np.ndarray], ready_ns: float) -> float:
-        """A fallback op: its operands go device->host and its results host->device."""
+    def _run_host(self, step: Step, views: dict[str, np.ndarray], ready_ns: float,
+                  sizes: dict[str, int]) -> float:
+        """A fallback op: its operands go device->host and its results host->device;
+        ``sizes``: this call's size symbols."""
         dma = self.device.dma
         host = {name: np.empty_like(views[name]) for name in step.reads}
         descs = [Descriptor(views[n], host[n], "d2h", n) for n in step.reads]
         end = dma.submit(descs, not_before_ns=ready_ns).end_ns if descs else ready_ns
         results = {name: np.empty_like(views[name]) for name in step.writes}
-        step.fn({**host, **results})
+        step.fn({**host, **results}, sizes)
         descs = [Descriptor(results[n], views[n], "h2d", n) for n in step.writes]
         end = dma.submit(descs, not_before_ns=end).end_ns if descs else end
         self.device.count("host_fallback_ops")
@@ -358,12 +383,16 @@ def _check_alignment(spec: ProgramSpec, device: Device) -> None:
             f"again so its device-config guard recompiles it, or restore the config")
 
 
-def _bind(fn: Callable[..., Any], args: list[Any]) -> Callable[[], Any]:
-    """``fn`` launched on ``args`` as a zero-argument call, made once per workspace (the
-    views never change while it is cached); a kernel that can pre-convert its arguments
-    (a native object: C pointers) does so in its ``bind``."""
+def _bind(fn: Callable[..., Any], args: list[Any],
+          addresses: list[int | None] | None = None) -> Callable[[], Any]:
+    """``fn`` launched on ``args`` as a zero-argument call, made once per workspace and
+    size tuple (the views never change while it is cached); a kernel that can pre-convert
+    its arguments (a native object: C pointers) does so in its ``bind``, given the data
+    ``addresses`` (bytes) of the array arguments the caller knows."""
     bind = getattr(fn, "bind", None)
-    return bind(*args) if bind is not None else functools.partial(fn, *args)
+    if bind is None:
+        return functools.partial(fn, *args)
+    return bind(*args, addresses=addresses) if addresses is not None else bind(*args)
 
 
 def _unbound() -> None:
@@ -375,14 +404,6 @@ def _data_ptr(index: int, host: np.ndarray, data_ptrs: list[int] | None) -> int:
     """Address of argument ``index``'s first element (bytes): the caller's, when it passed
     them (cheap for torch tensors), else numpy's."""
     return data_ptrs[index] if data_ptrs is not None else host.__array_interface__["data"][0]
-
-
-def _output_view(views: dict[str, Any], out: OutputDecl) -> np.ndarray:
-    """The strided device view a graph output is copied back from."""
-    base = views[out.buffer]
-    item = base.itemsize
-    return np.lib.stride_tricks.as_strided(base[out.offset:], out.shape,
-                                           [s * item for s in out.strides], writeable=False)
 
 
 def _align(value: int, alignment: int) -> int:

@@ -63,5 +63,9 @@ class BoundWorkspace:
     input_dsts: list[np.ndarray | None]
     #: per step: a zero-argument launch, or None for a host step
     launches: list[Callable[[], Any] | None]
+    #: per step: simulated compute time (ns) at these sizes
+    durations: list[float]
+    #: the size tuple's layout the views and launches are made for
+    layout: Any
     #: step index -> the host data pointers (bytes) its host-mapped launch is bound to
     mapped_keys: dict[int, tuple[int, ...]] = field(default_factory=dict)

@@ -23,35 +23,44 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from simaccel.errors import SimAccelError
+from simaccel.runtime.sizes import Size, SymbolSource
 
 
 @dataclass(frozen=True)
 class BufferDecl:
-    """A device buffer: dtype (numpy name), element count, kind
-    (input, scalar, constant, temp)."""
+    """A device buffer: dtype (numpy name), element count (an int, or an expression over
+    the program's size symbols), kind (input, scalar, constant, temp)."""
 
     name: str
     dtype: str
-    numel: int
+    numel: Size
     kind: str
 
     @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+    @property
     def nbytes(self) -> int:
-        return self.numel * np.dtype(self.dtype).itemsize
+        """Bytes of a static buffer (a dynamic one's depend on the call's sizes)."""
+        if not isinstance(self.numel, int):
+            raise SimAccelError(f"buffer {self.name} has a dynamic size ({self.numel})")
+        return self.numel * self.itemsize
 
 
 @dataclass(frozen=True)
 class LaunchStep:
     """Launch ``fn(*buffers, *params)`` on device buffers (``buffers`` in argument order);
     ``reads``/``writes``: exactly the buffers it loads from and stores to;
-    ``flops``/``nbytes`` feed the roofline timing model."""
+    ``flops``/``nbytes`` feed the roofline timing model. ``params``, ``flops`` and
+    ``nbytes`` may be size expressions (strings), evaluated per call."""
 
     name: str
     fn: Callable[..., Any]
     buffers: tuple[str, ...]
-    params: tuple[Any, ...]
-    flops: float
-    nbytes: float
+    params: tuple[Size, ...]
+    flops: Size | float
+    nbytes: Size | float
     reads: frozenset[str]
     writes: frozenset[str]
     on_device: ClassVar[bool] = True
@@ -59,13 +68,16 @@ class LaunchStep:
 
 @dataclass(frozen=True)
 class HostStep:
-    """Run ``fn(views)`` on the host (a fallback op); ``reads`` are copied device to host
-    first and ``writes`` host to device after, by DMA (in this order)."""
+    """Run ``fn(views, sizes)`` on the host (a fallback op; ``sizes``: the call's size
+    symbols by name); ``reads`` are copied device to host first and ``writes`` host to
+    device after, by DMA (in this order). ``sizes``: the size values (ints or
+    expressions) its arguments and results name, so the program binds their symbols."""
 
     name: str
-    fn: Callable[[dict[str, np.ndarray]], None]
+    fn: Callable[[dict[str, np.ndarray], dict[str, int]], None]
     reads: tuple[str, ...]
     writes: tuple[str, ...]
+    sizes: tuple[Size, ...] = ()
     on_device: ClassVar[bool] = False
 
 
@@ -74,12 +86,13 @@ Step = LaunchStep | HostStep
 
 @dataclass(frozen=True)
 class OutputDecl:
-    """Graph output: a strided view (elements) of a device buffer."""
+    """Graph output: a strided view (elements) of a device buffer (sizes may be
+    expressions over the program's size symbols)."""
 
     buffer: str
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    offset: int
+    shape: tuple[Size, ...]
+    strides: tuple[Size, ...]
+    offset: Size
     dtype: str
 
 
@@ -119,7 +132,10 @@ class InputPlan:
 @dataclass(frozen=True)
 class ProgramSpec:
     """A compiled graph, ready to be loaded onto a device. ``alignment`` (bytes) is the
-    device alignment the inputs' facts and the memory plan are made for."""
+    device alignment the inputs' facts and the memory plan are made for. ``symbols``: the
+    size symbols its sizes name and where a call's values are read (empty for a graph
+    of static shapes); ``example_sizes``: their values while tracing; ``plan_sizes``:
+    see below."""
 
     name: str
     buffers: Mapping[str, BufferDecl]
@@ -128,6 +144,11 @@ class ProgramSpec:
     constants: Mapping[str, np.ndarray]
     outputs: tuple[OutputDecl | None, ...]
     alignment: int
+    symbols: tuple[SymbolSource, ...] = ()
+    example_sizes: tuple[int, ...] = ()
+    #: static-shape mode: the sizes memory is planned for (each symbol's bucket upper
+    #: bound), used for every call whose buffers fit; empty: plan per size tuple
+    plan_sizes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for plan in self.inputs:

@@ -33,6 +33,7 @@ def test_zero_d_tensors_outside_the_bank_stay_arrays() -> None:
     host, ptrs = _host_arrays([scalar], frozenset())
     assert isinstance(host[0], np.ndarray) and host[0].shape == ()
     assert ptrs[0] == scalar.data_ptr()
-    half = torch.tensor(1.5, dtype=torch.float16)  # no bank slot for float16: a view
+    half = torch.tensor(1.5, dtype=torch.float16)  # no bank slot for float16: its bits
     host, _ = _host_arrays([half], frozenset({0}))
-    assert isinstance(host[0], np.ndarray) and host[0].dtype == np.float16
+    assert isinstance(host[0], np.ndarray) and host[0].dtype == np.int16
+    assert host[0].view(np.float16) == 1.5

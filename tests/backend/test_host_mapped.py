@@ -119,7 +119,7 @@ COPIED: dict[str, tuple[Callable[..., Any], Callable[[], torch.Tensor], int]] = 
     # name: (fn, input factory, host_map_min_bytes)
     "read_by_two_kernels": (lambda x: (x.sum(-1), x.argmax(-1)), lambda: torch.randn(*SHAPE),
                             MIN_BYTES),
-    "read_by_a_host_fallback": (lambda x: (x.sum(-1), torch.sort(x, -1).values),
+    "read_by_a_host_fallback": (lambda x: (x.sum(-1), torch.mode(x, -1).values),
                                 lambda: torch.randn(*SHAPE), MIN_BYTES),
     "returned_as_an_output": (lambda x: (x.sum(-1), x.detach()), lambda: torch.randn(*SHAPE),
                               MIN_BYTES),

@@ -703,23 +703,6 @@ def test_scaled_dot_product_attention() -> None:
     check(table_fn(ATTENTION), q, k, v, mask, **REDUCTION_TOL)
 
 
-# --------------------------------------------------------------------------- half precision
-
-HALF_REASON = "is computed on the host so results round exactly as eager"
-HALF_OPS: dict[str, Fn] = {
-    "add": lambda x: x + 1, "exp": torch.exp, "mul_scalar": lambda x: x * 0.1,
-    "sum": lambda x: x.sum(1), "softmax": lambda x: torch.softmax(x, -1), "mm": lambda x: x @ x.t(),
-    "from_float32": lambda x: x.float().exp().to(x.dtype),
-}
-
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_runs_on_host(dtype: torch.dtype) -> None:
-    result = check(table_fn(HALF_OPS), randn(4, 5, dtype=dtype), rtol=0, atol=0,
-                   expect_fallback=True, fallback_reason=HALF_REASON)
-    assert all(HALF_REASON in why for _, why in result.fallbacks), result.fallbacks
-
-
 # --------------------------------------------------------------------------- parallel kernels
 
 LARGE: dict[str, Fn] = {

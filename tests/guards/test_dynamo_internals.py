@@ -165,8 +165,8 @@ def test_retrace_is_bounded_and_warns(monkeypatch, caplog) -> None:
 
 
 def test_unliftable_memory_is_forgotten_on_reset() -> None:
-    def fn(x, n):
-        return x.view(n, -1)
+    def fn(x, n):  # n is also an operand, so the first trace asks to lift it
+        return x.view(n, -1) * n
 
     for _ in range(2):
         backend = LiftingBackend()

@@ -13,12 +13,12 @@ from simaccel.errors import InvalidOptionError, SimAccelError, UnsupportedOpErro
 from simaccel.guards.dynamo.errors import errors_reach_user, passing_dynamo
 
 
-def _sorted_twice(x: torch.Tensor) -> torch.Tensor:
-    return torch.sort(x).values * 2  # sort has no device lowering
+def _mode_twice(x: torch.Tensor) -> torch.Tensor:
+    return torch.mode(x).values * 2  # mode has no device lowering
 
 
 def test_unsupported_op_error_is_caught_by_its_own_class() -> None:
-    compiled = torch.compile(_sorted_twice, backend="simaccel", options={"fallback": "error"})
+    compiled = torch.compile(_mode_twice, backend="simaccel", options={"fallback": "error"})
     try:
         compiled(torch.randn(10))
     except UnsupportedOpError as err:
@@ -26,7 +26,7 @@ def test_unsupported_op_error_is_caught_by_its_own_class() -> None:
     else:
         pytest.fail("fallback='error' compiled an op without a device lowering")
     assert not isinstance(caught, BackendCompilerFailed)
-    assert "sort" in caught.op and "sort" in str(caught) and caught.reason
+    assert "mode" in caught.op and "mode" in str(caught) and caught.reason
     assert type(caught).__name__ == "UnsupportedOpError"
     shown = "".join(traceback.format_exception(caught))
     assert "simaccel.errors.UnsupportedOpError: " in shown
@@ -52,10 +52,10 @@ def test_cause_is_kept_on_the_inner_exception() -> None:
 
 def test_suppress_errors_still_runs_the_frame_in_eager() -> None:
     """As with BackendCompilerFailed: Dynamo's suppress_errors falls back to eager."""
-    compiled = torch.compile(_sorted_twice, backend="simaccel", options={"fallback": "error"})
+    compiled = torch.compile(_mode_twice, backend="simaccel", options={"fallback": "error"})
     x = torch.randn(10)
     with torch._dynamo.config.patch(suppress_errors=True):
-        torch.testing.assert_close(compiled(x), _sorted_twice(x))
+        torch.testing.assert_close(compiled(x), _mode_twice(x))
 
 
 def test_copy_keeps_message_and_attributes() -> None:

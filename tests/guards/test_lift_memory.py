@@ -12,8 +12,8 @@ from conftest import unique_graphs
 from simaccel.guards import lift_memory
 from tests.codegen.child import run_child_program
 
-# A module whose int attribute is a shape (must stay specialized: found by a second
-# re-trace) and whose float attribute is lifted.
+# A module whose int attribute is a shape and an operand (the first trace cannot tell it
+# stays specialized: a second re-trace finds it) and whose float attribute is lifted.
 CHILD = textwrap.dedent("""
     import json, torch, simaccel
     from torch._dynamo.utils import counters
@@ -23,7 +23,7 @@ CHILD = textwrap.dedent("""
             super().__init__()
             self.heads, self.scale = 4, 0.5
         def forward(self, x):
-            return (x.view(x.shape[0], self.heads, -1) * self.scale).sum(-1)
+            return (x.view(x.shape[0], self.heads, -1) * self.scale).sum(-1) + self.heads
 
     torch.manual_seed(0)
     m, x = Heads(), torch.randn(3, 16)
@@ -57,7 +57,7 @@ def test_a_warm_process_skips_the_re_trace_and_equals_eager(tmp_path) -> None:
 
 def test_entries_this_process_wrote_are_not_read_back(tmp_path) -> None:
     def scaled(x: torch.Tensor, n: int, a: float) -> torch.Tensor:
-        return x.view(n, -1) * a
+        return x.view(n, -1) * a * n  # n: an operand too, so a re-trace finds the shape
 
     x = torch.randn(4, 6)
     for _ in range(2):  # the second compile after reset() behaves as the first

@@ -33,8 +33,6 @@ CASES: list[tuple[str, Callable[[], nn.Module], Callable[[], torch.Tensor], str]
     ("Embedding.norm_type", lambda: nn.Embedding(10, 8), lambda: torch.randint(0, 10, (4,)),
      "norm_type"),
     ("Dropout.p", lambda: nn.Dropout(0.1).eval(), lambda: torch.randn(4, 8), "p"),
-    ("ReLU6.max_val", lambda: nn.ReLU6(), lambda: torch.randn(4, 8) * 8, "max_val"),
-    ("Threshold.value", lambda: nn.Threshold(0.1, 20.0), lambda: torch.randn(4, 8), "value"),
     ("Softmax.dim", lambda: nn.Softmax(-1), lambda: torch.randn(4, 8), "dim"),
 ]
 IDS = [case[0] for case in CASES]
@@ -54,9 +52,12 @@ def kept_reason(report: simaccel.CompileReport, attr: str) -> str:
     return found[0]
 
 
-#: cases whose module has another float that is lifted (Threshold.threshold): re-traced
-#: once for it, with the kept hyperparameter not in that re-trace's request
-LIFTS_ANOTHER = {"Threshold.value"}
+#: cases whose module has another float that is lifted: re-traced once for it, with the
+#: kept hyperparameter not in that re-trace's request
+LIFTS_ANOTHER: set[str] = set()
+#: entries whose value no ATen op reads (``F.embedding`` drops ``norm_type`` without
+#: ``max_norm``): lifted, it is an input nothing reads
+UNREAD_BY_ATEN = {"Embedding.norm_type"}
 
 
 @pytest.mark.parametrize("case,make,make_input,attr", CASES, ids=IDS)
@@ -71,13 +72,18 @@ def test_kept_from_the_first_trace(case, make, make_input, attr) -> None:
     assert stats["kernel_launches"] > 0 and stats["host_fallback_ops"] == 0
 
 
-@pytest.mark.parametrize("make,make_input,attr", [c[1:] for c in CASES], ids=IDS)
-def test_entry_is_still_needed(monkeypatch, make, make_input, attr) -> None:
-    """Without the table simaccel tries to lift the value and re-traces; Dynamo hands it
-    back specialized all the same."""
+@pytest.mark.parametrize("case,make,make_input,attr", CASES, ids=IDS)
+def test_entry_is_still_needed(monkeypatch, case, make, make_input, attr) -> None:
+    """Without the table (and without the first trace's graph telling what the value is
+    used for) simaccel tries to lift the value and re-traces; Dynamo hands it back
+    specialized all the same."""
     monkeypatch.setattr(lift, "nn_constant_reason", lambda owner, name: None)
+    monkeypatch.setattr(lift, "predict_uses",
+                        lambda gm, values: {source: "value" for source, _ in values})
     report = compile_once(make(), make_input())
     assert report.guards.retraced
+    if case in UNREAD_BY_ATEN:
+        return
     assert not any(s.source.endswith("." + attr) for s in report.guards.lifted)
     assert not kept_reason(report, attr).startswith("hyperparameter")
 
@@ -93,14 +99,18 @@ def test_a_new_value_recompiles_once_and_equals_eager() -> None:
     assert unique_graphs() == 2
 
 
-def test_other_layer_floats_are_still_lifted() -> None:
-    """``LeakyReLU.negative_slope`` reaches ATen as a tensor operand: lifted, so a new
-    slope costs no recompile."""
-    act = nn.LeakyReLU(0.1)
+@pytest.mark.parametrize("make,attr", [
+    (lambda: nn.LeakyReLU(0.1), "negative_slope"), (lambda: nn.ReLU6(), "max_val"),
+    (lambda: nn.Threshold(0.1, 20.0), "value")], ids=["LeakyReLU", "ReLU6", "Threshold"])
+def test_other_layer_floats_are_still_lifted(make, attr) -> None:
+    """``LeakyReLU.negative_slope``, a clamp bound (``ReLU6.max_val``) and a ``where``
+    value (``Threshold.value``) reach the device as operands read from the constant bank:
+    lifted, so a new value costs no recompile."""
+    act = make()
     compiled = torch.compile(act, backend="simaccel", dynamic=False)
-    x = torch.randn(4, 8)
-    for slope in (0.1, 0.2, 0.3):
-        act.negative_slope = slope
+    x = torch.randn(4, 8) * 8
+    for k in range(3):
+        setattr(act, attr, getattr(act, attr) + 0.5 * k)
         torch.testing.assert_close(compiled(x), act(x), **TOL)
     assert unique_graphs() == 1
     assert counters["stats"]["unique_graphs"] == 1

@@ -93,7 +93,7 @@ def test_inputs_that_are_copied_as_before(case):
         steps.append(LaunchStep("add_one", add_one, ("z", "x"), (), N, 8 * N, frozenset({"x"}),
                                 frozenset({"z"})))
     elif case == "host_step_reads_it":
-        steps.append(HostStep("host", lambda h: add_one(h["z"], h["x"]), ("x",), ("z",)))
+        steps.append(HostStep("host", lambda h, sizes: add_one(h["z"], h["x"]), ("x",), ("z",)))
     elif case == "graph_output":
         outputs = ("y", "x")
     elif case == "staged_plan":

@@ -15,12 +15,17 @@ Modules, by concern:
   end-of-compile undo (:class:`~.retrace.RetracesPerCompile`).
 * :mod:`.lifted`: what the re-traced graph made of the requested scalars.
 * :mod:`.unliftable`: sources a frame cannot lift, per code object for the process
-  (:class:`~.unliftable.UnliftablePerCode`) and on disk.
+  (:class:`~.unliftable.UnliftablePerCode`) and on disk; the values each compile saw.
+* :mod:`.failures`: a failed lifting re-trace is traced again with its scalars
+  specialized (a hook on Dynamo's root tracer); where a trace's graph ended.
+* :mod:`.tensorify`: AOTAutograd's tensorify pass keeps the scalar arguments simaccel
+  lowers itself symbolic.
 * :mod:`.install`: installing guards: lambda guards, frame expressions, the folded
   SIMACCEL_SHAPE_ENV check, SymInt range guards.
 * :mod:`.values`: module-state tensors, size hints, leaving fake-tensor mode.
 * :mod:`.aot`: AOTAutograd: its entry point, decomposition tables, whether its runtime
   wrapper is needed, what a backward graph's inputs are in the forward graph.
+* :mod:`.shapes`: the guards size decisions add to the frame's shape env.
 * :mod:`.logs`: the ``simaccel`` log in torch's logging system.
 * :mod:`.errors`: simaccel's errors reach the user unwrapped (not in
   ``BackendCompilerFailed``).
@@ -38,6 +43,7 @@ from simaccel.guards.dynamo.frame import (
     graph_inputs, in_resume_frame, resolve_source, value_guard_sites,
 )
 from simaccel.guards.dynamo.errors import errors_reach_user
+from simaccel.guards.dynamo.failures import graph_end, involved_sources
 from simaccel.guards.dynamo.guard_text import readable_guards, symbol_predicates
 from simaccel.guards.dynamo.install import (
     SIMACCEL_GUARD, SIMACCEL_SHAPE_ENV, guard_symint_range, install_frame_expression,
@@ -46,7 +52,8 @@ from simaccel.guards.dynamo.install import (
 from simaccel.guards.dynamo.lifted import inspect_lifted, scalar_inputs
 from simaccel.guards.dynamo.logs import register_torch_logs
 from simaccel.guards.dynamo.retrace import pending_retrace, request_retrace
-from simaccel.guards.dynamo.unliftable import remember_unliftable, unliftable
+from simaccel.guards.dynamo.shapes import shape_guard_count, shape_guards_since
+from simaccel.guards.dynamo.unliftable import changed_sources, remember_unliftable, unliftable
 from simaccel.guards.dynamo.values import (
     has_static_address, is_module_state, size_hint, unset_fake_temporarily,
 )
@@ -54,12 +61,13 @@ from simaccel.guards.dynamo.version import SUPPORTED_TORCH_VERSION, assert_suppo
 
 __all__ = [
     "SIMACCEL_GUARD", "SIMACCEL_SHAPE_ENV", "SUPPORTED_TORCH_VERSION", "VALUE_GUARDS",
-    "aot_module_simplified", "assert_supported_torch", "backward_input_origins", "core_aten_decomposition_table",
+    "aot_module_simplified", "assert_supported_torch", "backward_input_origins",
+    "changed_sources", "core_aten_decomposition_table",
     "current_compile_id", "decompositions_for", "errors_reach_user", "eval_frame_expression", "frame_slot",
-    "frame_value", "graph_inputs", "guard_symint_range", "has_static_address",
+    "frame_value", "graph_end", "graph_inputs", "guard_symint_range", "involved_sources", "has_static_address",
     "in_resume_frame", "inspect_lifted", "install_frame_expression", "install_lambda_guard",
     "is_module_state", "pending_retrace", "readable_guards", "register_torch_logs",
     "remember_unliftable", "request_retrace", "resolve_source", "runtime_wrapper_needed",
-    "scalar_inputs", "size_hint", "symbol_predicates", "unliftable", "unset_fake_temporarily",
+    "scalar_inputs", "shape_guard_count", "shape_guards_since", "size_hint", "symbol_predicates", "unliftable", "unset_fake_temporarily",
     "value_guard_sites",
 ]

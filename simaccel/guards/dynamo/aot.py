@@ -3,7 +3,7 @@ whether its runtime wrapper is needed.
 
 ``torch._functorch`` and ``torch._decomp`` are private modules; the backend reaches them
 through these names (``aot_module_simplified`` is the entry point torch's own backends
-use, re-exported as it is).
+use, with the tensorify pass adjusted: :mod:`.tensorify`).
 """
 from __future__ import annotations
 
@@ -11,10 +11,21 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch.fx
-from torch._functorch.aot_autograd import aot_module_simplified
+from torch._functorch import aot_autograd
+
+from simaccel.guards.dynamo.tensorify import symbolic_scalar_arguments
 
 __all__ = ["aot_module_simplified", "core_aten_decomposition_table", "decompositions_for",
            "runtime_wrapper_needed"]
+
+
+def aot_module_simplified(gm: torch.fx.GraphModule, example_inputs: list[Any],
+                          **kwargs: Any) -> Callable[..., Any]:
+    """``torch._functorch.aot_autograd.aot_module_simplified`` (the entry point torch's own
+    backends use), with the scalar arguments simaccel lowers itself kept symbolic by the
+    tensorify pass (:mod:`.tensorify`)."""
+    with symbolic_scalar_arguments():
+        return aot_autograd.aot_module_simplified(gm, example_inputs, **kwargs)
 
 
 def decompositions_for(ops: Iterable[Any]) -> dict[Any, Callable[..., Any]]:

@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 
 import torch
 
+from simaccel.guards.dynamo.failures import install_failure_hook
 from simaccel.guards.dynamo.frame import current_compile_id, output_graph
 from simaccel.guards.records import RetraceRequest, ScalarSite
 from simaccel.guards.sources import exact_source_regex
@@ -74,11 +75,13 @@ def pending_retrace() -> RetraceRequest | None:
 
 
 def request_retrace(sites: Sequence[ScalarSite], before: Mapping[str, tuple[str, ...]],
-                    demoted: Mapping[str, str] | None = None) -> NoReturn:
+                    demoted: Mapping[str, str] | None = None, first_break: Any = None,
+                    on_failure: Callable[..., None] | None = None) -> NoReturn:
     """Make Dynamo re-trace the frame with ``sites`` as graph inputs; never returns.
 
-    Called a second time in one compile (after ``inspect_lifted`` found sources that must
-    stay specialized), it replaces the first request and counts one more round.
+    Called again in one compile (after ``inspect_lifted`` found sources that must stay
+    specialized, or after a failed re-trace), it replaces the earlier request, keeps its
+    ``first_break``, ``on_failure`` and warnings, and counts one more round.
     """
     from torch._dynamo.exc import TensorifyScalarRestartAnalysis
     from torch._dynamo.symbolic_convert import InstructionTranslator
@@ -89,7 +92,13 @@ def request_retrace(sites: Sequence[ScalarSite], before: Mapping[str, tuple[str,
         _run_undo(previous.undo_frame_state)
     request = RetraceRequest(compile_id, {s.source: s for s in sites}, dict(before),
                              dict(demoted or {}), previous.rounds + 1 if previous else 1)
+    if previous is not None:
+        request.first_break, request.on_failure = previous.first_break, previous.on_failure
+        request.warnings, request.warned = previous.warnings, previous.warned
+    request.first_break = first_break if first_break is not None else request.first_break
+    request.on_failure = on_failure or request.on_failure
     _apply_request(request)
+    install_failure_hook(pending_retrace)
     retraces_per_compile.put(request)
     _ensure_end_callback()
     # Dynamo replays its speculation log on a restart; the re-trace takes other paths

@@ -60,6 +60,14 @@ REQUIRED_INTERNALS: tuple[tuple[str, str], ...] = (
     ("torch._guards", "TracingContext.try_get"),
     ("torch._decomp", "_core_aten_decompositions_post_autograd"),
     ("torch._logging._internal", "register_log"),
+    ("torch._dynamo.symbolic_convert", "InstructionTranslator.run"),
+    ("torch._dynamo.symbolic_convert", "TensorifyState.force_specializations"),
+    ("torch._dynamo.exc", "RestartAnalysis"),
+    ("torch._dynamo.exc", "SkipFrame"),
+    ("torch._dynamo.variables", "SymNodeVariable"),
+    ("torch._functorch._aot_autograd.graph_compile", "tensorify_python_scalars"),
+    ("torch.fx.passes._tensorify_python_scalars", "SUPPORTED_OPS"),
+    ("torch._functorch.aot_autograd", "aot_module_simplified"),
 )
 
 #: the fields of AOTAutograd's graph metadata :func:`.aot.runtime_wrapper_needed` reads

@@ -1,0 +1,73 @@
+"""Scaled dot-product attention as core ATen ops, forward and backward.
+
+On CPU, ``F.scaled_dot_product_attention`` dispatches to
+``aten._scaled_dot_product_flash_attention_for_cpu``, whose derivative is
+``aten._scaled_dot_product_flash_attention_for_cpu_backward``; autograd saves the forward's
+``logsumexp`` (shape ``(batch, heads, query)``) for it. torch 2.13's own decomposition of
+the forward returns the attention weights in its place (shape ``(batch, heads, query,
+key)``), so a backward fed by it computes wrong gradients. These two decompositions keep
+the op's contract: the forward returns the real logsumexp, and the backward recomputes the
+attention weights from it (the flash-attention recurrence, here as plain matmuls,
+softmax-style reductions and pointwise ops the device fuses).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor, is_causal: bool, attn_mask: Any,
+            scale: float | None) -> torch.Tensor:
+    """``q @ k^T * scale`` with the causal or additive/boolean mask applied."""
+    factor = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    scores = (q @ k.transpose(-2, -1)) * factor
+    if is_causal:
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        scores = scores.masked_fill(keep.logical_not(), float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(attn_mask.logical_not(), float("-inf"))
+        else:
+            scores = scores + attn_mask
+    return scores
+
+
+def sdpa_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                 dropout_p: float = 0.0, is_causal: bool = False, *, attn_mask: Any = None,
+                 scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(output, logsumexp) of ``_scaled_dot_product_flash_attention_for_cpu`` (no
+    dropout: with ``dropout_p > 0`` the op is left to run as it is)."""
+    if dropout_p:
+        return NotImplemented
+    scores = _scores(query, key, is_causal, attn_mask, scale)
+    lse = torch.logsumexp(scores, dim=-1)
+    weights = torch.exp(scores - lse.unsqueeze(-1))
+    return weights @ value, lse
+
+
+def sdpa_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+                  value: torch.Tensor, out: torch.Tensor, logsumexp: torch.Tensor,
+                  dropout_p: float, is_causal: bool, *, attn_mask: Any = None,
+                  scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(grad_query, grad_key, grad_value) of the forward above."""
+    if dropout_p:
+        return NotImplemented
+    factor = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+    scores = _scores(query, key, is_causal, attn_mask, scale)
+    weights = torch.exp(scores - logsumexp.unsqueeze(-1))
+    grad_value = weights.transpose(-2, -1) @ grad_out
+    grad_weights = grad_out @ value.transpose(-2, -1)
+    row = (grad_out * out).sum(dim=-1, keepdim=True)
+    grad_scores = weights * (grad_weights - row) * factor
+    return grad_scores @ key, grad_scores.transpose(-2, -1) @ query, grad_value
+
+
+#: op -> decomposition, added to the backend's table
+ATTENTION_DECOMPOSITIONS = {
+    aten._scaled_dot_product_flash_attention_for_cpu.default: sdpa_forward,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default: sdpa_backward,
+}

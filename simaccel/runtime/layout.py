@@ -1,0 +1,157 @@
+"""Everything about a program that depends on the sizes of a call.
+
+A program of static shapes has one :class:`SizedLayout`, made when it is loaded. A program
+over dynamic sizes names them by symbols (:mod:`simaccel.runtime.sizes`): its memory plan
+is made once, at the traced sizes, and kept as a stacking order
+(:class:`~simaccel.runtime.planner.StackedPlan`); a call at new sizes evaluates every size
+expression with one compiled function and re-stacks the plan (no search), and the result
+is cached per size tuple.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from simaccel.runtime.planner import MemoryPlan, PlanBuffer, StackedPlan, plan_memory
+from simaccel.runtime.sizes import SizeFunction
+from simaccel.runtime.spec import LaunchStep, Placement, ProgramSpec
+
+#: distinct size tuples whose layouts a program keeps (a generation loop's growing cache
+#: makes a new one per step; older ones are dropped first)
+MAX_LAYOUTS = 64
+
+
+@dataclass(frozen=True)
+class SizedLayout:
+    """One size tuple's numbers: elements per buffer, the memory plan, each step's launch
+    parameters and roofline cost, each output's (shape, strides, offset) in elements."""
+
+    sizes: tuple[int, ...]
+    numel: dict[str, int]
+    plan: MemoryPlan
+    params: list[tuple[int, ...]]
+    costs: list[tuple[float, float]]
+    outputs: list[tuple[tuple[int, ...], tuple[int, ...], int] | None]
+
+
+def liveness(spec: ProgramSpec) -> list[tuple[str, int, int]]:
+    """(buffer, first step, last step) of every workspace buffer, from the steps' declared
+    ``reads`` and ``writes``. Resident and host-mapped inputs take no workspace (they live
+    in blocks of their own, or in host memory), nor do constants and scalars."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    n = len(spec.steps)
+    for plan in spec.inputs_placed(Placement.COPIED):
+        first[plan.buffer] = last[plan.buffer] = 0
+    for k, step in enumerate(spec.steps, start=1):
+        for name in (*step.reads, *step.writes):
+            first.setdefault(name, k)
+            last[name] = k
+    for out in spec.outputs:
+        if out is not None:
+            first.setdefault(out.buffer, n + 1)
+            last[out.buffer] = n + 1
+    off_workspace = {p.buffer for p in spec.inputs_placed(Placement.RESIDENT, Placement.MAPPED)}
+    return [(name, first[name], last[name]) for name, decl in spec.buffers.items()
+            if decl.kind not in ("constant", "scalar") and name in first
+            and name not in off_workspace]
+
+
+class Layouts:
+    """Makes and caches the :class:`SizedLayout` of each size tuple of one program."""
+
+    def __init__(self, spec: ProgramSpec):
+        self.spec = spec
+        self._live = liveness(spec)
+        self._names = list(spec.buffers)
+        steps = [s for s in spec.steps if isinstance(s, LaunchStep)]
+        self._launch_index = [k for k, s in enumerate(spec.steps) if isinstance(s, LaunchStep)]
+        exprs: list[Any] = [spec.buffers[n].numel for n in self._names]
+        for step in steps:
+            exprs += [*step.params, step.flops, step.nbytes]
+        for out in spec.outputs:
+            if out is not None:
+                exprs += [*out.shape, *out.strides, out.offset]
+        self._evaluate: Callable[[tuple[int, ...]], tuple[int, ...]] = SizeFunction(
+            [s.symbol for s in spec.symbols], exprs)
+        self._cache: OrderedDict[tuple[int, ...], SizedLayout] = OrderedDict()
+        planned = spec.plan_sizes or spec.example_sizes
+        example = self._numbers(planned if spec.symbols else ())
+        self._stacked: StackedPlan | None = None
+        #: the bucket's plan (static-shape mode), used for every call whose buffers fit
+        self._bucket_plan = None
+        first = self._layout(planned if spec.symbols else (), example,
+                             plan_memory(self._plan_buffers(example[0]), spec.alignment))
+        if spec.symbols:
+            self._stacked = StackedPlan(first.plan)
+            if spec.plan_sizes:
+                self._bucket_plan = first.plan
+        self.first = first
+
+    def at(self, sizes: tuple[int, ...]) -> SizedLayout:
+        """The layout for this call's sizes (the symbols' values, in ``spec.symbols``
+        order)."""
+        layout = self._cache.get(sizes)
+        if layout is None:
+            numbers = self._numbers(sizes)
+            layout = self._layout(sizes, numbers, self._plan_for(self._nbytes(numbers[0])))
+        else:
+            self._cache.move_to_end(sizes)
+        return layout
+
+    def _plan_for(self, nbytes: dict[str, int]):
+        """The bucket's plan if every buffer fits its planned bytes, else the plan
+        re-stacked for these sizes."""
+        plan = self._bucket_plan
+        if plan is not None and all(n <= plan.sizes[name] for name, n in nbytes.items()):
+            return plan
+        return self._stacked.at(nbytes) if self._stacked else self.first.plan
+
+    def _numbers(self, sizes: tuple[int, ...]) -> tuple[dict[str, int], list, list, list]:
+        values = iter(self._evaluate(sizes))
+        numel = {name: next(values) for name in self._names}
+        params, costs, outputs = [], [], []
+        for k in self._launch_index:
+            step = self.spec.steps[k]
+            params.append(tuple(next(values) for _ in step.params))
+            costs.append((next(values), next(values)))
+        for out in self.spec.outputs:
+            if out is None:
+                outputs.append(None)
+                continue
+            shape = tuple(next(values) for _ in out.shape)
+            strides = tuple(next(values) for _ in out.strides)
+            outputs.append((shape, strides, next(values)))
+        return numel, params, costs, outputs
+
+    def _nbytes(self, numel: dict[str, int]) -> dict[str, int]:
+        return {name: numel[name] * self.spec.buffers[name].itemsize
+                for name, _, _ in self._live}
+
+    def _plan_buffers(self, numel: dict[str, int]) -> list[PlanBuffer]:
+        nbytes = self._nbytes(numel)
+        return [PlanBuffer(name, nbytes[name], first, last) for name, first, last in self._live]
+
+    def _layout(self, sizes: tuple[int, ...], numbers: tuple, plan: MemoryPlan) -> SizedLayout:
+        numel, params, costs, outputs = numbers
+        all_params: list[tuple[int, ...]] = [()] * len(self.spec.steps)
+        all_costs: list[tuple[float, float]] = [(0.0, 0.0)] * len(self.spec.steps)
+        for k, p, c in zip(self._launch_index, params, costs):
+            all_params[k], all_costs[k] = p, c
+        layout = SizedLayout(sizes, numel, plan, all_params, all_costs, outputs)
+        self._cache[sizes] = layout
+        if len(self._cache) > MAX_LAYOUTS:
+            self._cache.popitem(last=False)
+        return layout
+
+
+def output_view(base: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...],
+                offset: int) -> np.ndarray:
+    """The strided (elements) device view a graph output is copied back from."""
+    item = base.itemsize
+    return np.lib.stride_tricks.as_strided(base[offset:], shape, [s * item for s in strides],
+                                           writeable=False)
+

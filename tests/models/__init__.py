@@ -1,0 +1,1 @@
+"""Test models written the way real model code is: config objects, KV caches, optimizers."""
