@@ -56,6 +56,9 @@ from torch.utils._pytree import keystr, tree_flatten_with_path, tree_map  # noqa
 
 import simaccel  # noqa: E402
 from simaccel import get_device  # noqa: E402
+from tests.ops.summary_hooks import (  # noqa: E402,F401 - the OpInfo sweep's table
+    pytest_runtest_logreport, pytest_terminal_summary,
+)
 
 #: float32 pointwise tolerances of the op suite (the issue's contract).
 POINTWISE_TOL = {"rtol": 1e-5, "atol": 1e-6}

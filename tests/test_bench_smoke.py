@@ -1,6 +1,7 @@
 """The benchmark suites never rot: every benchmark in ``bench/`` runs once, at tiny sizes
 (``SIMACCEL_BENCH_QUICK=1``) and without inductor (its compiles take 8-16 s each here),
-plus unit tests of the ``simaccel.bench`` runner pieces that need no compile."""
+plus unit tests of the ``simaccel.bench`` runner pieces that need no compile, and the
+``optim`` and bf16 kernel scenarios of ``simaccel bench`` run in-process at tiny sizes."""
 from __future__ import annotations
 
 import os
@@ -8,9 +9,13 @@ import pathlib
 import subprocess
 import sys
 
-from simaccel.bench.report import Target, fmt_seconds, targets, to_json
-from simaccel.bench.runner import BenchResult, Task, select
-from simaccel.bench.scenarios import Record
+import pytest
+
+from simaccel.bench import optim, scenarios
+from simaccel.bench.configmodel import OPERAND_SETTINGS, config_model
+from simaccel.bench.report import Target, fmt_seconds, print_table, targets, to_json
+from simaccel.bench.runner import BenchResult, Task, build_tasks, run_bench, run_tasks, select
+from simaccel.bench.scenarios import BenchConfig, Record
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -19,7 +24,10 @@ def test_benchmarks_run_once_at_quick_sizes(tmp_path):
     env = {**os.environ, "SIMACCEL_BENCH_QUICK": "1",
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "bench/", "--benchmark-disable", "-k", "not inductor",
+        # the bf16 / sort / grouped-conv kernel workloads are left to the runner's smoke
+        # test below (one each would add ~27 s of numba compiles here)
+        [sys.executable, "-m", "pytest", "bench/", "--benchmark-disable", "-k",
+         "not inductor and not bf16 and not sort_last and not topk16 and not grouped_conv",
          "-q", "-p", "no:cacheprovider"], cwd=ROOT, env=env, capture_output=True, text=True,
         timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
@@ -36,6 +44,17 @@ def test_select_keeps_the_cold_run_a_warm_compile_needs():
     assert [t.key for t in select(tasks, ["warm"])] == ["compile/cold_mlp3", "compile/warm_mlp3"]
     assert [t.key for t in select(tasks, None)] == [t.key for t in tasks]
     assert select(tasks, ["nothing"]) == []
+
+
+def test_a_task_may_return_several_records_and_a_failing_one_is_skipped():
+    pair = Task("compile", "lift_off+auto_x", "simaccel",
+                lambda: [Record("compile", "lift_off_x", "simaccel", 1.0, 1),
+                         Record("compile", "lift_auto_x", "simaccel", 1.1, 1)])
+    broken = Task("optim", "adamw_step[1]", "simaccel", lambda: 1 / 0)
+    recs = run_tasks([pair, broken], progress=None)
+    assert [r.key for r in recs] == ["compile/lift_off_x", "compile/lift_auto_x",
+                                     "optim/adamw_step[1]"]
+    assert recs[-1].skipped.startswith("error: ZeroDivisionError")
 
 
 def _result() -> BenchResult:
@@ -57,6 +76,15 @@ def _result() -> BenchResult:
                {"quick_sizes": False, "kernel_s_per_call": 5e-3}),
         Record("kernel", "row_reductions[64x128]", "eager", 1e-5, 10),
         Record("kernel", "row_reductions[64x128]", "simaccel", 1e-5, 10, {"quick_sizes": True}),
+        Record("kernel", "grouped_conv[8x64x56x56 g8 3x3]", "eager", 2e-3, 10),
+        Record("kernel", "grouped_conv[8x64x56x56 g8 3x3]", "simaccel", 4e-3, 10,
+               {"quick_sizes": False}),
+        Record("compile", "lift_off_config_model", "simaccel", 2.0, 3),
+        Record("compile", "lift_auto_config_model", "simaccel", 2.2, 3, {"lifted": 2}),
+        Record("optim", "adamw_step[10x64x64]", "eager", 1e-3, 20),
+        Record("optim", "adamw_step[10x64x64]", "simaccel", 8e-4, 20,
+               {"over_eager": 0.9, "graphs": 1, "recompiles": 0, "recompiles_timed": 0}),
+        Record("optim", "sgd_momentum_step[10x64x64]", "simaccel", skipped="error: boom"),
     ]
     return BenchResult(recs, ["dynamo_eager", "inductor", "simaccel"], {"quick": True})
 
@@ -77,6 +105,13 @@ def test_targets_are_computed_from_same_run_baselines():
     assert found["simaccel chain8 / eager (full size)"].met is True
     # quick sizes measure per-call overhead, not kernels: no verdict from them
     assert found["simaccel row_reductions / eager (full size)"].met is None
+    assert found["simaccel grouped_conv / eager (full size)"].value == 2.0
+    assert found["simaccel grouped_conv / eager (full size)"].met is False
+    config = found["simaccel config model first compile auto / off"]
+    assert abs(config.value - 1.1) < 1e-9 and config.bound == 1.3 and config.met is True
+    adamw = found["simaccel adamw step / plain eager step"]
+    assert adamw.value == 0.9 and adamw.met is True and "graphs 1" in adamw.note
+    assert found["simaccel sgd_momentum step / plain eager step"].met is None  # skipped
 
 
 def test_json_holds_recompiles_medians_ratios_and_skips():
@@ -84,10 +119,97 @@ def test_json_holds_recompiles_medians_ratios_and_skips():
     entry = data["results"]["simaccel"]["scalar/float_arg[dynamic=False]"]
     assert entry["recompiles"] == 0 and entry["median_s"] == 1.05e-4
     assert data["results"]["simaccel"]["compile/warm_mlp3"]["ratio"] == 0.25
-    assert data["skipped"] == [{"backend": "simaccel", "scenario": "guard/3_scalars[added_guard]",
-                                "reason": "no Guard"}]
+    assert data["skipped"] == [
+        {"backend": "simaccel", "scenario": "guard/3_scalars[added_guard]", "reason": "no Guard"},
+        {"backend": "simaccel", "scenario": "optim/sgd_momentum_step[10x64x64]",
+         "reason": "error: boom"}]
 
 
 def test_fmt_seconds_units():
     assert [fmt_seconds(s) for s in (None, 2e-6, 2e-3, 2.0)] == ["-", "2.0 us", "2.00 ms",
                                                                  "2.00 s"]
+
+
+@pytest.fixture
+def tiny_optim(monkeypatch):
+    """Quick optimizer steps at a few seconds' size: 2 parameters of 4x4, 3 warm-up steps
+    (the first compile and Dynamo's recompile on the first new lr), 2 rounds of 2."""
+    monkeypatch.setattr(optim, "QUICK", optim.OptimSizes(params=2, side=4, warmup=3, rounds=2,
+                                                         steps=2))
+
+
+def test_optim_steps_record_graphs_and_ratios_per_backend(tiny_optim):
+    backends = ["eager", "dynamo_eager", "simaccel"]
+    result = run_bench(backends, quick=True, scenarios=["optim/sgd_momentum"], progress=None)
+    assert [(r.key, r.backend) for r in result.records] == [
+        ("optim/sgd_momentum_step[2x4x4]", b) for b in backends]
+    for rec in result.records:
+        assert rec.skipped is None and rec.samples == 2 and rec.median_s > 0, rec
+        x = rec.extra
+        assert x["min_s"] <= rec.median_s and x["eager_s"] > 0 and x["over_eager"] > 0
+        assert x["steps"] == 3 + 2 * 2 and x["recompiles_timed"] >= 0
+    graphs = {r.backend: r.extra["graphs"] for r in result.records}
+    assert graphs["eager"] == 0 and graphs["simaccel"] == 1 and graphs["dynamo_eager"] >= 1
+    assert result.records[-1].extra["recompiles"] == 0  # lr lifted: no recompile
+    found = {t.name: t for t in targets(result)}
+    assert found["simaccel sgd_momentum step / plain eager step"].value is not None
+    assert found["simaccel adamw step / plain eager step"].met is None  # not selected
+    data = to_json(result)["results"]["simaccel"]["optim/sgd_momentum_step[2x4x4]"]
+    assert data["ratio_baseline"] == "eager" and data["ratio"] > 0 and data["graphs"] == 1
+
+
+def test_bf16_kernel_records_compare_with_eager_in_bf16():
+    result = run_bench(["eager", "simaccel"], quick=True, scenarios=["kernel/chain8_bf16"],
+                       progress=None)
+    assert [r.scenario for r in result.records] == ["chain8_bf16[64K bf16]"] * 2
+    assert all(r.skipped is None and r.samples > 0 for r in result.records)
+    data = to_json(result)["results"]["simaccel"]["kernel/chain8_bf16[64K bf16]"]
+    assert data["ratio_baseline"] == "eager" and data["ratio"] > 0
+
+
+def test_new_scenarios_are_in_the_task_list():
+    cfg = BenchConfig.make(quick=True)
+    keys = {t.key for t in build_tasks(["eager", "simaccel"], cfg, "/nonexistent")}
+    assert {"optim/adamw_step[4x16x16]", "optim/sgd_momentum_step[4x16x16]",
+            "compile/lift_off+auto_config_model", "compile/lift_off+auto_scaled_mlp",
+            "kernel/layernorm_gelu_bf16[32x128 bf16]", "kernel/mlp_bf16[64-256-64 b8 bf16]",
+            "kernel/sort_last[16x256]", "kernel/topk16[16x256 k16]",
+            "kernel/grouped_conv[1x64x8x8 g8 3x3]"} <= keys
+
+
+def test_config_model_compiles_alternate_off_and_auto_and_take_medians(monkeypatch):
+    times = iter([3.0, 4.0, 1.0, 6.0, 2.0, 5.0])  # off, auto, off, auto, off, auto
+    seen = []
+
+    def fake_first_call(backend, root, lift=None, workload=None):
+        seen.append((backend, root, lift, workload))
+        s = next(times)
+        return {"first_call_s": s, "process_s": s + 3, "graphs": 1,
+                "lifted": 2 if lift == "auto" else 0}
+    monkeypatch.setattr(scenarios, "first_call_in_new_process", fake_first_call)
+    off, auto = scenarios.measure_lift_compiles("/tmp/x", scenarios.CONFIG_WORKLOAD, rounds=3)
+    assert [s[2] for s in seen] == ["off", "auto"] * 3
+    assert all(s[:1] + s[3:] == ("simaccel", "config_model") for s in seen)
+    assert len({s[1] for s in seen}) == 6  # an empty cache folder each
+    assert (off.key, off.samples, off.median_s, off.extra["min_s"]) == (
+        "compile/lift_off_config_model", 3, 2.0, 1.0)
+    assert (auto.key, auto.median_s, auto.extra["lifted"]) == (
+        "compile/lift_auto_config_model", 5.0, 2)
+
+
+def test_config_model_reads_twenty_settings_two_of_them_operands():
+    model, (tokens,) = config_model()
+    settings = vars(model.config)
+    assert len(settings) == 20
+    assert all(type(v) in (int, float, bool) for v in settings.values())
+    assert set(OPERAND_SETTINGS) <= set(settings)
+    out = model(tokens)
+    assert out.shape == (*tokens.shape, model.config.vocab_size)
+
+
+def test_table_prints_the_optim_group(capsys):
+    import sys
+    print_table(_result(), sys.stdout)
+    out = capsys.readouterr().out
+    assert "optim: compiled opt.step" in out and "graphs 1 (recompiles 0, 0 timed)" in out
+    assert "/eager same rounds 0.90x" in out

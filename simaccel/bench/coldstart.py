@@ -24,13 +24,20 @@ def cache_env(cache_root: str) -> dict[str, str]:
             "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_root, "inductor")}
 
 
-def first_call_in_new_process(backend: str, cache_root: str,
-                              lift: str | None = None) -> dict[str, Any]:
+#: workloads a ``--lift`` run may compile (the default: the first one)
+LIFT_WORKLOADS = ("scaled_mlp", "config_model")
+
+
+def first_call_in_new_process(backend: str, cache_root: str, lift: str | None = None,
+                              workload: str | None = None) -> dict[str, Any]:
     """Run :func:`main` in a child process; returns its JSON plus ``process_s`` (seconds
     from spawn to exit, interpreter and torch import included). ``lift`` ("auto"/"off",
-    simaccel only): compile the scalar workload with that lift option instead of the MLP."""
+    simaccel only): compile a scalar workload (``workload``, one of
+    :data:`LIFT_WORKLOADS`, default the scaled MLP) with that lift option instead of the
+    MLP."""
     start = time.perf_counter()
     extra = [] if lift is None else ["--lift", lift]
+    extra += [] if workload is None else ["--workload", workload]
     proc = subprocess.run([sys.executable, "-m", "simaccel.bench.coldstart", backend, *extra],
                           env=cache_env(cache_root), text=True, capture_output=True,
                           timeout=TIMEOUT_S)
@@ -42,19 +49,29 @@ def first_call_in_new_process(backend: str, cache_root: str,
     return result
 
 
-def main(backend: str, lift: str | None = None) -> dict[str, Any]:
+def _workload(lift: str | None, workload: str | None) -> tuple[Any, tuple, Any]:
+    """``(model, args, options)`` of the run."""
+    import torch
+
+    from simaccel.bench.configmodel import config_model
+    from simaccel.bench.workloads import mlp3, scaled_mlp
+
+    torch.manual_seed(0)
+    if lift is None:
+        return mlp3(), (torch.randn(64, 256),), None
+    if (workload or LIFT_WORKLOADS[0]) == "config_model":
+        return (*config_model(), {"lift": lift})
+    return scaled_mlp(), (torch.randn(64, 256), 0.5, 3), {"lift": lift}
+
+
+def main(backend: str, lift: str | None = None, workload: str | None = None) -> dict[str, Any]:
     """Import, build the workload, then time its first compiled call (seconds)."""
     import torch
     from torch._dynamo.utils import counters
 
     from simaccel.bench.measure import compile_for
-    from simaccel.bench.workloads import mlp3, scaled_mlp
 
-    torch.manual_seed(0)
-    if lift is None:
-        model, args, options = mlp3(), (torch.randn(64, 256),), None
-    else:
-        model, args, options = scaled_mlp(), (torch.randn(64, 256), 0.5, 3), {"lift": lift}
+    model, args, options = _workload(lift, workload)
     start = time.perf_counter()
     with torch.no_grad():
         compile_for(model, backend, dynamic=False, options=options)(*args)
@@ -63,9 +80,14 @@ def main(backend: str, lift: str | None = None) -> dict[str, Any]:
     if backend == "simaccel":
         import simaccel
         result["kernel_cache_hits"] = simaccel.get_device().runtime_stats()["kernel_cache_hits"]
+        result["lifted"] = sum(len(r.guards.lifted_sources) for r in simaccel.reports())
     return result
 
 
+def _flag(args: list[str], name: str) -> str | None:
+    """The value after ``name`` in ``args``, if given."""
+    return args[args.index(name) + 1] if name in args[:-1] else None
+
+
 if __name__ == "__main__":
-    lift_arg = sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--lift" else None
-    print(json.dumps(main(sys.argv[1], lift_arg)))
+    print(json.dumps(main(sys.argv[1], _flag(sys.argv, "--lift"), _flag(sys.argv, "--workload"))))

@@ -19,21 +19,23 @@ import torch
 
 from simaccel.bench import BACKENDS
 from simaccel.bench import scenarios as sc
+from simaccel.bench.optim import optim_tasks
 from simaccel.bench.shapes import shape_tasks
 from simaccel.bench.workloads import KERNEL_WORKLOADS, SCALAR_SCENARIOS
 
 #: the scenario groups, in the order they run.
-GROUPS = ("steady", "scalar", "guard", "kernel", "shape", "compile")
+GROUPS = ("steady", "scalar", "guard", "kernel", "optim", "shape", "compile")
 
 
 @dataclass
 class Task:
-    """One measurement to make: ``run()`` returns its :class:`Record`."""
+    """One measurement to make: ``run()`` returns its :class:`Record` (or several, for
+    settings measured in alternation so that they share the machine's load)."""
 
     group: str
     scenario: str
     backend: str
-    run: Callable[[], sc.Record]
+    run: Callable[[], sc.Record | list[sc.Record]]
 
     @property
     def key(self) -> str:
@@ -61,18 +63,24 @@ def default_backends(quick: bool) -> list[str]:
     return [b for b in BACKENDS if not (quick and b == "inductor")]
 
 
-def _compile_tasks(backends: Sequence[str], cache_root: str) -> list[Task]:
+#: first compiles of the config model per lift setting (quick: 1), alternating; median
+CONFIG_COMPILE_ROUNDS = 3
+
+
+def _compile_tasks(backends: Sequence[str], cfg: sc.BenchConfig, cache_root: str) -> list[Task]:
     tasks = []
     for backend in backends:
         root = os.path.join(cache_root, backend)
         for phase in ("cold", "warm"):  # warm reuses the cold run's folder
             tasks.append(Task("compile", f"{phase}_{sc.COMPILE_WORKLOAD}", backend,
                               lambda b=backend, p=phase, r=root: sc.measure_compile(b, p, r)))
-    if "simaccel" in backends:  # first compile with the lifting re-trace, and without
-        for lift in ("off", "auto"):
-            root = os.path.join(cache_root, f"lift-{lift}")
-            tasks.append(Task("compile", f"lift_{lift}_{sc.LIFT_WORKLOAD}", "simaccel",
-                              lambda lift=lift, r=root: sc.measure_lift_compile(lift, r)))
+    if "simaccel" not in backends:
+        return tasks
+    rounds = {sc.LIFT_WORKLOAD: 1, sc.CONFIG_WORKLOAD: 1 if cfg.quick else CONFIG_COMPILE_ROUNDS}
+    for workload, n in rounds.items():  # first compile with the lifting re-trace, and without
+        root = os.path.join(cache_root, f"lift-{workload}")
+        tasks.append(Task("compile", f"lift_off+auto_{workload}", "simaccel",
+                          lambda r=root, w=workload, n=n: sc.measure_lift_compiles(r, w, n)))
     return tasks
 
 
@@ -93,8 +101,9 @@ def build_tasks(backends: Sequence[str], cfg: sc.BenchConfig, cache_root: str) -
         scenario = f"{name}[{KERNEL_WORKLOADS[name].sizes[1 if cfg.quick else 0]}]"
         tasks += [Task("kernel", scenario, b, lambda n=name, b=b: sc.measure_kernel(n, b, cfg))
                   for b in backends]
+    tasks += optim_tasks(list(backends), cfg, Task)
     tasks += shape_tasks(list(backends), cfg, Task)
-    return tasks + _compile_tasks(backends, cache_root)
+    return tasks + _compile_tasks(backends, cfg, cache_root)
 
 
 def select(tasks: list[Task], patterns: Sequence[str] | None) -> list[Task]:
@@ -140,7 +149,7 @@ def _progress_line(i: int, n: int, task: Task, rec: sc.Record, seconds: float) -
         if "recompiles" in rec.extra:
             what += f", {rec.extra['recompiles']} recompiles"
     width = len(str(n))
-    return f"[{i:>{width}}/{n}] {task.key:<44} {task.backend:<12} {what} ({seconds:.1f} s)"
+    return f"[{i:>{width}}/{n}] {rec.key:<44} {task.backend:<12} {what} ({seconds:.1f} s)"
 
 
 def _error_summary(exc: BaseException) -> str:
@@ -152,24 +161,26 @@ def _error_summary(exc: BaseException) -> str:
     return f"{text} {inner}" if inner else text
 
 
-def _run_one(task: Task) -> sc.Record:
+def _run_one(task: Task) -> list[sc.Record]:
     try:
-        return task.run()
+        result = task.run()
     except Exception as exc:  # one broken backend/scenario must not lose the whole run
         message = _error_summary(exc)
-        return sc.Record(task.group, task.scenario, task.backend, skipped=f"error: {message}")
+        return [sc.Record(task.group, task.scenario, task.backend, skipped=f"error: {message}")]
+    return result if isinstance(result, list) else [result]
 
 
 def run_tasks(tasks: list[Task], progress: TextIO | None) -> list[sc.Record]:
-    """Run ``tasks`` in order; one progress line per task on ``progress``."""
+    """Run ``tasks`` in order; one progress line per record on ``progress``."""
     records = []
     for i, task in enumerate(tasks, 1):
         start = time.perf_counter()
-        rec = _run_one(task)
-        records.append(rec)
+        recs = _run_one(task)
+        records += recs
         if progress is not None:
-            print(_progress_line(i, len(tasks), task, rec, time.perf_counter() - start),
-                  file=progress, flush=True)
+            for rec in recs:
+                print(_progress_line(i, len(tasks), task, rec, time.perf_counter() - start),
+                      file=progress, flush=True)
     return records
 
 

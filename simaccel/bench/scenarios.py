@@ -5,6 +5,7 @@ the shared first half that the pytest-benchmark suites in ``bench/`` time themse
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,8 @@ from simaccel.bench.workloads import (
 COMPILE_WORKLOAD = "mlp3"
 #: the workload of the lifting compile-time scenario (coldstart's ``--lift`` workload)
 LIFT_WORKLOAD = "scaled_mlp"
+#: the config-object model (:mod:`simaccel.bench.configmodel`), compiled the same way
+CONFIG_WORKLOAD = "config_model"
 #: elements of the tensors in the scalar scenarios (per-call overhead dominates).
 SCALAR_NUMEL = 64
 #: dynamic= settings the scalar scenarios run under.
@@ -175,12 +178,28 @@ def measure_compile(backend: str, phase: str, cache_root: str) -> Record:
                    "simaccel_cache_hits": result.get("kernel_cache_hits")})
 
 
-def measure_lift_compile(lift: str, cache_root: str) -> Record:
-    """First call of the scaled MLP (three Python scalars) in a new process with empty
-    caches, simaccel with ``lift`` "auto" (one re-trace inside the compile) or "off"."""
-    result = first_call_in_new_process("simaccel", cache_root, lift=lift)
-    return Record("compile", f"lift_{lift}_{LIFT_WORKLOAD}", "simaccel", result["first_call_s"],
-                  1, {"process_s": result["process_s"], "graphs": result["graphs"]})
+def measure_lift_compiles(cache_root: str, workload: str = LIFT_WORKLOAD,
+                          rounds: int = 1) -> list[Record]:
+    """First call of a scalar workload (the scaled MLP: three Python scalars; the config
+    model: 20 settings, two of them operands) in a new process with empty caches, simaccel
+    with ``lift`` "off" and "auto" (one re-trace inside the compile): ``rounds`` times
+    (off, auto), alternating so both see the same load, each process with its own empty
+    cache folder under ``cache_root``; one record per setting (median seconds)."""
+    runs: dict[str, list[dict[str, Any]]] = {"off": [], "auto": []}
+    for i in range(rounds):
+        for lift, done in runs.items():
+            done.append(first_call_in_new_process(
+                "simaccel", os.path.join(cache_root, f"{lift}-{i}"), lift=lift,
+                workload=workload))
+    return [_lift_record(lift, workload, done) for lift, done in runs.items()]
+
+
+def _lift_record(lift: str, workload: str, runs: list[dict[str, Any]]) -> Record:
+    first = [r["first_call_s"] for r in runs]
+    return Record("compile", f"lift_{lift}_{workload}", "simaccel", measure.median(first),
+                  len(runs), {"min_s": min(first),
+                              "process_s": measure.median([r["process_s"] for r in runs]),
+                              "graphs": runs[-1]["graphs"], "lifted": runs[-1].get("lifted")})
 
 
 # ---------------------------------------------------------------------- kernel throughput

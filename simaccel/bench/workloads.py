@@ -251,6 +251,51 @@ def _static_reductions_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
     return fn, (x,)
 
 
+def _bf16(make: Callable[[bool], tuple[ScenarioFn, tuple]]
+          ) -> Callable[[bool], tuple[ScenarioFn, tuple]]:
+    """``make`` with its float32 inputs and parameters in bfloat16 (same sizes)."""
+    def make_bf16(quick: bool) -> tuple[ScenarioFn, tuple]:
+        fn, args = make(quick)
+        if isinstance(fn, nn.Module):
+            fn = fn.to(torch.bfloat16)
+        return fn, tuple(a.to(torch.bfloat16) if a.is_floating_point() else a for a in args)
+    return make_bf16
+
+
+def _distinct(rows: int, cols: int) -> torch.Tensor:
+    """``rows x cols`` float32 values, all different (a random permutation of the integers
+    below rows * cols, exact in float32 up to 2**24): sort and topk indices have no ties."""
+    torch.manual_seed(0)
+    return torch.randperm(rows * cols).to(torch.float32).view(rows, cols)
+
+
+def sort_last(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.sort(x, dim=-1)
+
+
+def topk16(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.topk(x, 16, dim=-1)
+
+
+def grouped_conv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """3x3 convolution, 8 groups, same padding."""
+    return F.conv2d(x, w, padding=1, groups=8)
+
+
+def _sort_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
+    return sort_last, (_distinct(*((16, 256) if quick else (1024, 4096))),)
+
+
+def _topk_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
+    return topk16, (_distinct(*((16, 256) if quick else (1024, 4096))),)
+
+
+def _grouped_conv_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
+    torch.manual_seed(0)
+    batch, side = (1, 8) if quick else (8, 56)
+    return grouped_conv, (torch.randn(batch, 64, side, side), torch.randn(64, 8, 3, 3) * 0.1)
+
+
 #: ``tol`` of each workload for the own-kernel backends (largest error seen in brackets):
 #:
 #: | workload         | (rtol, atol)   | why                                                   |
@@ -262,6 +307,16 @@ def _static_reductions_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
 #: | layernorm_gelu   | (1e-4, 1e-4)   | row mean and variance over 1024, reordered (3e-6)     |
 #: | causal_attention | (1e-3, 1e-4)   | softmax of 128-long rows between two GEMMs            |
 #: | row_reductions*  | (1e-4, 1e-3)   | sums of 1024 N(0, 1) values (~32), reordered (4e-5)   |
+#: | *_bf16           | rtol 1.6e-2    | bfloat16 inputs and parameters; inductor and simaccel |
+#: |                  | (2 bf16 eps)   | compute in float32 and round once, eager rounds each  |
+#: |                  |                | op's result to bfloat16:                              |
+#: | chain8_bf16      | atol 0.6       | 2x + 1 rounded (half ulp of 8..16: 0.031) moves sin   |
+#: |                  |                | near 0.5 by up to 0.033: 3 * sqrt(0.033) = 0.55       |
+#: |                  |                | (0.234, inductor the same 0.234)                      |
+#: | layernorm_gelu_. | atol 1e-3      | the normalized row rounded before GELU (1.8e-4)       |
+#: | mlp_bf16         | atol 8e-3      | eager rounds the hidden layer: 2 ulps of 0.5..1 (2e-3)|
+#: | sort_last, topk16| exact          | distinct values: no ties, so the indices agree too    |
+#: | grouped_conv     | (1e-4, 1e-4)   | sums of 8 * 9 products, reordered (4e-7)              |
 KERNEL_WORKLOADS: dict[str, KernelWorkload] = {w.name: w for w in (
     KernelWorkload("chain8", _chain8_workload, ("4M f32", "64K f32"), (1e-4, 1.5e-3)),
     KernelWorkload("mlp", _mlp_workload, ("512-2048-512 b64", "64-256-64 b8"), (1e-3, 1e-3)),
@@ -272,6 +327,16 @@ KERNEL_WORKLOADS: dict[str, KernelWorkload] = {w.name: w for w in (
                    (1e-4, 1e-3)),
     KernelWorkload("row_reductions_static", _static_reductions_workload,
                    ("4096x1024", "64x128"), (1e-4, 1e-3)),
+    KernelWorkload("chain8_bf16", _bf16(_chain8_workload), ("4M bf16", "64K bf16"),
+                   (1.6e-2, 0.6)),
+    KernelWorkload("layernorm_gelu_bf16", _bf16(_ln_workload),
+                   ("256x1024 bf16", "32x128 bf16"), (1.6e-2, 1e-3)),
+    KernelWorkload("mlp_bf16", _bf16(_mlp_workload),
+                   ("512-2048-512 b64 bf16", "64-256-64 b8 bf16"), (1.6e-2, 8e-3)),
+    KernelWorkload("sort_last", _sort_workload, ("1024x4096", "16x256"), (0.0, 0.0)),
+    KernelWorkload("topk16", _topk_workload, ("1024x4096 k16", "16x256 k16"), (0.0, 0.0)),
+    KernelWorkload("grouped_conv", _grouped_conv_workload,
+                   ("8x64x56x56 g8 3x3", "1x64x8x8 g8 3x3"), (1e-4, 1e-4)),
 )}
 
 

@@ -271,7 +271,10 @@ class GraphLowering:
         kwargs = _map_values(kwargs, self.realize)
         val = self.meta(node)
         metas = list(val) if isinstance(val, (list, tuple)) else [val]
-        outs = [self._host_output(m) for m in metas]
+        used = _used_results(node, len(metas))
+        # a result nothing reads gets no buffer: the host op's own kernel may give it
+        # another size than its meta function (embedding_bag's offset2bag in bf16)
+        outs = [self._host_output(m) if k in used else None for k, m in enumerate(metas)]
         self.steps.append(HostOp(self.kernel_name("host"), node.target, args, kwargs, outs, reason))
         return outs if isinstance(val, (list, tuple)) else outs[0]
 
@@ -283,6 +286,14 @@ class GraphLowering:
             raise UnsupportedOpError(str(self.current.target),
                                      f"its result dtype {meta.dtype} has no device layout")
         return self.new_tensor(shape_of(meta.shape), dtype)
+
+
+def _used_results(node: torch.fx.Node, count: int) -> set[int]:
+    """Indices of a multi-result node's results that some user reads (all of them unless
+    every user is a ``getitem``)."""
+    if count == 1 or any(u.target is not operator.getitem for u in node.users):
+        return set(range(count))
+    return {u.args[1] for u in node.users}
 
 
 def _flat_outputs(out: Any) -> list[Any]:

@@ -91,7 +91,8 @@ def _topk(ctx: GraphLowering, x: TensorValue, k: int, dim: int = -1, largest: bo
 
 
 def _select(ctx: GraphLowering, x: TensorValue, dim: int, keepdim: bool, k: int,
-            mode: int) -> tuple:
+            mode: int, dtype: str | None = None) -> tuple:
+    """The selected values (as ``dtype``, by default ``x``'s) and their indices."""
     key = _key(x)
     xr = dense(ctx, x)
     outer, n, inner = rows(x.shape, dim)
@@ -103,7 +104,7 @@ def _select(ctx: GraphLowering, x: TensorValue, dim: int, keepdim: bool, k: int,
            [outer, n, inner, k, mode], 20 * x.numel, 8 * x.numel,
            hint(x.numel) >= PARALLEL_NUMEL and hint(outer * inner) > 1,
            writes=(vals.layout.buffer, idx.layout.buffer))
-    return _results(vals, x.dtype), idx
+    return _results(vals, dtype or x.dtype), idx
 
 
 @register(aten.kthvalue.default)
@@ -123,8 +124,8 @@ def _median_all(ctx: GraphLowering, x: TensorValue) -> TensorValue:
     mode = tpl.MEDIAN if ctx.current.target is aten.median.default else tpl.NANMEDIAN
     if is_value(x.numel, 0):
         raise Unsupported("median of an empty tensor")
-    flat = dense(ctx, x).restrided((x.numel,), (1,), 0)
-    return _select(ctx, flat, 0, False, 0, mode)[0]
+    flat = dense(ctx, x).restrided((x.numel,), (1,), 0)  # 16-bit floats: as float32
+    return _select(ctx, flat, 0, False, 0, mode, x.dtype)[0]
 
 
 def _search(ctx: GraphLowering, seq: TensorValue, values: TensorValue, right: bool,

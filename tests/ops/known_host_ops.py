@@ -29,5 +29,12 @@ KNOWN_HOST_OPS: dict[str, str] = {
     "_segment_reduce.offsets": "segment_reduce: no device lowering",
 }
 
+#: with backward only: ops whose forward runs on the device and whose backward does not
+KNOWN_HOST_OPS_BACKWARD: dict[str, str] = {
+    "grid_sampler_2d": "aten.grid_sampler_2d_backward: no device lowering (the forward is "
+                       "decomposed into gathers; the backward scatter-adds into the input "
+                       "and the grid)",
+}
+
 #: bfloat16 only: ops on the device in float32 that are not in bfloat16
 KNOWN_HOST_OPS_HALF: dict[str, str] = {}

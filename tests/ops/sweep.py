@@ -194,6 +194,32 @@ def _random(call: _Call, tensors: list[torch.Tensor]) -> bool:
         return False
 
 
+def _upcast(t: torch.Tensor) -> torch.Tensor:
+    """A 16-bit float tensor as float32 (a leaf that requires grad as the original)."""
+    if t.dtype not in (torch.float16, torch.bfloat16):
+        return t.detach().clone()
+    return t.detach().float().requires_grad_(t.requires_grad)
+
+
+def _differs_from_float_reference(call: _Call, tensors: list[torch.Tensor], backward: bool,
+                                  actual: Any, rtol: float, atol: float, random: bool) -> str:
+    """inductor's ``reference_in_float`` check for the 16-bit floats: the op computed in
+    float32 and rounded once to the result's dtype is the reference. Fused kernels round
+    once, eager rounds after every op: where those differ the float32 reference decides.
+    Returns the difference ("" when the compiled result matches the reference)."""
+    try:
+        reference = _run(call, [_upcast(t) for t in tensors], backward)
+    except Exception:  # the op takes no float32 inputs here: no reference
+        return "no float32 reference"
+    flat_act, _ = tree_flatten(actual)
+    flat_ref, spec = tree_flatten(reference)
+    if len(flat_act) != len(flat_ref):
+        return "float32 reference has another structure"
+    rounded = [r.to(a.dtype) if isinstance(r, torch.Tensor) and isinstance(a, torch.Tensor)
+               and r.is_floating_point() else r for a, r in zip(flat_act, flat_ref)]
+    return _differences(actual, tree_unflatten(rounded, spec), rtol, atol, values=not random)
+
+
 def _compile_and_run(call: _Call, tensors: list[torch.Tensor], backward: bool,
                      backend: str = "simaccel") -> Any:
     torch._dynamo.reset()
@@ -227,6 +253,9 @@ def run_sample(op: Any, sample: Any, dtype: torch.dtype, backward: bool) -> Samp
     if diff and op.name in TIE_OPS and _has_ties(tensors) and \
             not _differences(actual, expected, rtol, atol, values=not random, indices=False):
         diff = ""  # the values agree; indices of equal values may differ (unstable sort)
+    if diff and dtype in (torch.float16, torch.bfloat16):
+        diff = _differs_from_float_reference(call, tensors, backward, actual, rtol, atol,
+                                             random) and diff
     if diff:
         return SampleResult("mismatch", fallbacks, stats["kernel_launches"], diff)
     if fallbacks or stats["host_fallback_ops"]:

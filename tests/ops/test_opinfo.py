@@ -22,7 +22,8 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from tests.ops.known_host_ops import KNOWN_HOST_OPS, KNOWN_HOST_OPS_HALF
+from tests.ops.known_host_ops import (KNOWN_HOST_OPS, KNOWN_HOST_OPS_BACKWARD,
+                                      KNOWN_HOST_OPS_HALF)
 from tests.ops.sweep import COUNTED, OpResult, run_op
 
 FULL = os.environ.get("SIMACCEL_OPINFO", "") == "full"
@@ -41,8 +42,8 @@ FORWARD = (
 BACKWARD = ("nn.functional.conv2d", "nn.functional.max_pool2d", "sort",
             "scatter_reduce.sum", "cumsum", "nn.functional.layer_norm")
 #: ... in bfloat16
-HALF = ("add", "softmax", "matmul", "nn.functional.gelu", "sum",
-        "nn.functional.conv2d")
+HALF = ("add", "softmax", "median", "matmul", "nn.functional.gelu", "sum",
+        "nn.functional.conv2d", "nn.functional.embedding_bag")
 
 pytestmark = pytest.mark.opinfo_full if FULL else []
 
@@ -80,7 +81,8 @@ def test_opinfo(op_db: dict[str, object], mode: str, name: str,
     if result.status not in COUNTED:
         pytest.skip(f"{result.status}: {result.detail[:120]}")  # says nothing of simaccel
     assert result.status not in ("error", "mismatch"), f"{name}: {result.detail}"
-    known = {**KNOWN_HOST_OPS, **(KNOWN_HOST_OPS_HALF if mode == "bfloat16" else {})}
+    known = {**KNOWN_HOST_OPS, **(KNOWN_HOST_OPS_HALF if mode == "bfloat16" else {}),
+             **(KNOWN_HOST_OPS_BACKWARD if mode.endswith("backward") else {})}
     if result.status == "host":
         assert name in known, (f"{name} ({mode}) runs on the host and is not a known host op: "
                                f"{result.fallbacks}")

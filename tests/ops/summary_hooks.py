@@ -1,6 +1,9 @@
 """Collects the OpInfo sweep's per-op results from every test (also across xdist workers:
 they travel in the test reports' ``user_properties``) and prints the sweep's table at
-the end of the run: device / host / error counts and the host ops with their reasons."""
+the end of the run: device / host / error counts and the host ops with their reasons.
+
+The hooks are imported by ``tests/conftest.py``: under xdist only the controller prints
+the summary, and it loads only the top-level conftest."""
 from __future__ import annotations
 
 import pytest
