@@ -46,6 +46,15 @@ def test_select_keeps_the_cold_run_a_warm_compile_needs():
     assert select(tasks, ["nothing"]) == []
 
 
+def test_quick_runs_the_config_model_compiles_only_when_selected():
+    tasks = build_tasks(["simaccel"], BenchConfig.make(quick=True), "/nonexistent")
+    key = "compile/lift_off+auto_config_model"
+    assert key not in {t.key for t in select(tasks, None)}
+    assert [t.key for t in select(tasks, ["config_model"])] == [key]
+    full = build_tasks(["simaccel"], BenchConfig.make(quick=False), "/nonexistent")
+    assert key in {t.key for t in select(full, None)}
+
+
 def test_a_task_may_return_several_records_and_a_failing_one_is_skipped():
     pair = Task("compile", "lift_off+auto_x", "simaccel",
                 lambda: [Record("compile", "lift_off_x", "simaccel", 1.0, 1),

@@ -30,12 +30,14 @@ GROUPS = ("steady", "scalar", "guard", "kernel", "optim", "shape", "compile")
 @dataclass
 class Task:
     """One measurement to make: ``run()`` returns its :class:`Record` (or several, for
-    settings measured in alternation so that they share the machine's load)."""
+    settings measured in alternation so that they share the machine's load).
+    ``opt_in``: runs only when ``--scenarios`` selects it (too slow for a default run)."""
 
     group: str
     scenario: str
     backend: str
     run: Callable[[], sc.Record | list[sc.Record]]
+    opt_in: bool = False
 
     @property
     def key(self) -> str:
@@ -79,8 +81,10 @@ def _compile_tasks(backends: Sequence[str], cfg: sc.BenchConfig, cache_root: str
     rounds = {sc.LIFT_WORKLOAD: 1, sc.CONFIG_WORKLOAD: 1 if cfg.quick else CONFIG_COMPILE_ROUNDS}
     for workload, n in rounds.items():  # first compile with the lifting re-trace, and without
         root = os.path.join(cache_root, f"lift-{workload}")
+        # --quick: the config model's pair (two fresh processes, ~30 s) only on request
         tasks.append(Task("compile", f"lift_off+auto_{workload}", "simaccel",
-                          lambda r=root, w=workload, n=n: sc.measure_lift_compiles(r, w, n)))
+                          lambda r=root, w=workload, n=n: sc.measure_lift_compiles(r, w, n),
+                          opt_in=cfg.quick and workload == sc.CONFIG_WORKLOAD))
     return tasks
 
 
@@ -107,12 +111,13 @@ def build_tasks(backends: Sequence[str], cfg: sc.BenchConfig, cache_root: str) -
 
 
 def select(tasks: list[Task], patterns: Sequence[str] | None) -> list[Task]:
-    """Tasks whose key ("group/scenario") contains one of ``patterns`` (all if none).
+    """Tasks whose key ("group/scenario") contains one of ``patterns`` (all but the
+    ``opt_in`` ones if none).
 
     Warm compiles pull in the cold compile of the same backend (they reuse its caches).
     """
     if not patterns:
-        return tasks
+        return [t for t in tasks if not t.opt_in]
     chosen = [t for t in tasks if any(p in t.key for p in patterns)]
     needed = {(t.backend, t.key.replace("warm_", "cold_")) for t in chosen
               if t.key.startswith("compile/warm_")}
