@@ -6,8 +6,6 @@ A kernel over dynamic sizes names them in its source as sympy prints them (``Max
 """
 from __future__ import annotations
 
-import math
-
 import numba
 
 from simaccel.runtime.sizes import SIZE_FUNCTIONS
@@ -31,25 +29,8 @@ def Min(a, b):  # noqa: N802 - sympy's name
     return a if a < b else b
 
 
-@_jit
-def ToFloat(a):  # noqa: N802 - sympy's name
-    return float(a)
-
-
-@_jit
-def FloatTrueDiv(a, b):  # noqa: N802 - sympy's name
-    return float(a) / float(b)
-
-
-IntTrueDiv = FloatTrueDiv
-
-
-@_jit
-def FloatPow(a, b):  # noqa: N802 - sympy's name
-    return float(a) ** float(b)
-
-
-@_jit
-def OpaqueUnaryFn_sqrt(a):  # noqa: N802 - sympy's name
-    return math.sqrt(a)
-
+ToFloat = _jit(SIZE_FUNCTIONS["ToFloat"])
+FloatTrueDiv = _jit(SIZE_FUNCTIONS["FloatTrueDiv"])
+IntTrueDiv = _jit(SIZE_FUNCTIONS["IntTrueDiv"])
+FloatPow = _jit(SIZE_FUNCTIONS["FloatPow"])
+OpaqueUnaryFn_sqrt = _jit(SIZE_FUNCTIONS["OpaqueUnaryFn_sqrt"])

@@ -52,19 +52,24 @@ def _helpers() -> str:
     return _SCATTER_GATHER.strip() + "\n\n\n"
 
 
+#: ``Cm``: group g's input of sample n as (R, L) columns: x itself when the window is
+#: the identity (1x1, stride 1, no padding), else gathered into ``cols``
+_INPUT_COLUMNS = (
+    "            if direct:\n"
+    "                b0 = (n*C + g*Cg)*L\n"
+    "                Cm = x[b0:b0 + R*L].reshape((R, L))\n"
+    "            else:\n"
+    f"                window_rows(x, cols, n, g, {_WINDOW}, True)\n"
+    "                Cm = cols[0:R*L].reshape((R, L))\n")
+
+
 def conv_forward() -> str:
     """``out = conv(x, w)`` (no bias: the lowering adds it in a fused epilogue)."""
     return (_helpers() + f"def kernel(out, x, w, cols, {GEOMETRY}):\n" + _PROLOGUE +
             "    if R == 0:\n        out[:N*O*L] = 0\n        return\n"
             "    if L == 0 or Og == 0:\n        return\n"
             "    for n in range(N):\n"
-            "        for g in range(G):\n"
-            "            if direct:\n"
-            "                b0 = (n*C + g*Cg)*L\n"
-            "                Cm = x[b0:b0 + R*L].reshape((R, L))\n"
-            "            else:\n"
-            f"                window_rows(x, cols, n, g, {_WINDOW}, True)\n"
-            "                Cm = cols[0:R*L].reshape((R, L))\n"
+            "        for g in range(G):\n" + _INPUT_COLUMNS +
             "            Wm = w[g*Og*R:(g + 1)*Og*R].reshape((Og, R))\n"
             "            o0 = (n*O + g*Og)*L\n"
             "            np.dot(Wm, Cm, out[o0:o0 + Og*L].reshape((Og, L)))\n")
@@ -95,13 +100,7 @@ def conv_weight_grad() -> str:
             "    gw[:O*R] = 0\n"
             "    if R == 0 or L == 0 or Og == 0:\n        return\n"
             "    for n in range(N):\n"
-            "        for g in range(G):\n"
-            "            if direct:\n"
-            "                b0 = (n*C + g*Cg)*L\n"
-            "                Cm = x[b0:b0 + R*L].reshape((R, L))\n"
-            "            else:\n"
-            f"                window_rows(x, cols, n, g, {_WINDOW}, True)\n"
-            "                Cm = cols[0:R*L].reshape((R, L))\n"
+            "        for g in range(G):\n" + _INPUT_COLUMNS +
             "            o0 = (n*O + g*Og)*L\n"
             "            Go = go[o0:o0 + Og*L].reshape((Og, L))\n"
             "            Gw = gw[g*Og*R:(g + 1)*Og*R].reshape((Og, R))\n"

@@ -79,23 +79,33 @@ _WINDOW_LOOPS = ("                    for idp in range(ds, de):\n"
 AVG_PARAMS = f"{WINDOW}, INCLUDE_PAD, DIVISOR"
 
 
-def avg_pool() -> str:
-    return (f"def kernel(out, x, {AVG_PARAMS}):\n" + _PLANES + _AVG_WINDOW +
+def _mean_pool(params: str, window: str) -> str:
+    """Each output the mean of its window (``window`` sets ds..we and ``div``)."""
+    return (f"def kernel(out, x, {params}):\n" + _PLANES + window +
             "                    acc = 0.0\n" + _WINDOW_LOOPS +
             "                                acc += x[((nc*D + idp)*H + ih)*W + iw]\n"
             "                    out[((nc*OD + od)*OH + oh)*OW + ow] = acc / div\n")
 
 
-def avg_pool_backward() -> str:
-    return (f"def kernel(gx, go, {AVG_PARAMS}):\n"
+def _mean_pool_backward(params: str, window: str) -> str:
+    """Each output gradient spread evenly over its window."""
+    return (f"def kernel(gx, go, {params}):\n"
             "    for nc in prange(NC):\n"
             "        for i in range(D*H*W):\n"
             "            gx[nc*D*H*W + i] = 0\n"
             "        for od in range(OD):\n"
             "            for oh in range(OH):\n"
-            "                for ow in range(OW):\n" + _AVG_WINDOW +
+            "                for ow in range(OW):\n" + window +
             "                    g = go[((nc*OD + od)*OH + oh)*OW + ow] / div\n" + _WINDOW_LOOPS +
             "                                gx[((nc*D + idp)*H + ih)*W + iw] += g\n")
+
+
+def avg_pool() -> str:
+    return _mean_pool(AVG_PARAMS, _AVG_WINDOW)
+
+
+def avg_pool_backward() -> str:
+    return _mean_pool_backward(AVG_PARAMS, _AVG_WINDOW)
 
 
 _ADAPTIVE = (
@@ -110,22 +120,11 @@ ADAPTIVE_PARAMS = "NC, D, H, W, OD, OH, OW"
 
 
 def adaptive_avg_pool() -> str:
-    return (f"def kernel(out, x, {ADAPTIVE_PARAMS}):\n" + _PLANES + _ADAPTIVE +
-            "                    acc = 0.0\n" + _WINDOW_LOOPS +
-            "                                acc += x[((nc*D + idp)*H + ih)*W + iw]\n"
-            "                    out[((nc*OD + od)*OH + oh)*OW + ow] = acc / div\n")
+    return _mean_pool(ADAPTIVE_PARAMS, _ADAPTIVE)
 
 
 def adaptive_avg_pool_backward() -> str:
-    return (f"def kernel(gx, go, {ADAPTIVE_PARAMS}):\n"
-            "    for nc in prange(NC):\n"
-            "        for i in range(D*H*W):\n"
-            "            gx[nc*D*H*W + i] = 0\n"
-            "        for od in range(OD):\n"
-            "            for oh in range(OH):\n"
-            "                for ow in range(OW):\n" + _ADAPTIVE +
-            "                    g = go[((nc*OD + od)*OH + oh)*OW + ow] / div\n" + _WINDOW_LOOPS +
-            "                                gx[((nc*D + idp)*H + ih)*W + iw] += g\n")
+    return _mean_pool_backward(ADAPTIVE_PARAMS, _ADAPTIVE)
 
 
 def adaptive_max_pool() -> str:
