@@ -141,15 +141,19 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     #: the forward graph and its input facts, for the backward graph AOTAutograd compiles next
     forward_seen: list[tuple[torch.fx.GraphModule, list[InputFacts]]] = []
 
+    ddp = ddp_note()
+
     def fw_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
         facts = forward_input_facts(frame_facts, gm, graph)
         forward_seen.append((graph, facts))
-        return compile_graph(graph, inputs, opts, "forward", facts, guard_report, bounds)
+        return _noted(compile_graph(graph, inputs, opts, "forward", facts, guard_report,
+                                    bounds), ddp)
 
     def bw_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
         forward, fw_facts = forward_seen[-1]
         facts = backward_input_facts(fw_facts, forward, graph, get_device().config.alignment)
-        return compile_graph(graph, inputs, opts, "backward", facts, guard_report, bounds)
+        return _noted(compile_graph(graph, inputs, opts, "backward", facts, guard_report,
+                                    bounds), ddp)
 
     inference: list[tuple[CompiledGraph, str | None]] = []
     autocast = any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
@@ -165,6 +169,23 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
                                     inference_compiler=inference_compiler,
                                     decompositions=decompositions())
     return _call_path(forward, inference)
+
+
+def ddp_note() -> str:
+    """What a compile under DistributedDataParallel reports: the DDPOptimizer split it
+    is, and whether the DDP module's gradient buckets go through the device's DMA engine
+    (attached here: :mod:`simaccel.distributed`). "" outside DDP."""
+    from simaccel.distributed import attach_active
+    split = dynamo.ddp_split_index()
+    parts = [f"DDPOptimizer split {split}"] if split is not None else []
+    attached = attach_active()
+    return "; ".join(parts + ([attached] if attached else []))
+
+
+def _noted(compiled: Any, ddp: str) -> Any:
+    if ddp and getattr(compiled, "report", None) is not None:
+        compiled.report.ddp = ddp
+    return compiled
 
 
 def _call_path(forward: Callable[..., Any],

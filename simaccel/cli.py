@@ -13,6 +13,7 @@ from typing import Sequence
 
 #: where ``simaccel demo`` writes its Chrome trace by default (in the current directory).
 DEMO_TRACE_FILE = "simaccel_demo_trace.json"
+DDP_TRACE_FILE = "simaccel_ddp_trace.json"
 
 
 def _writable_path(path: str) -> str:
@@ -85,10 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="generate tokens with a small transformer LM whose "
                           "sampling temperature and logit scale change every step")
-    demo.add_argument("--steps", type=_positive_int, default=12, metavar="N",
-                      help="tokens to generate (default %(default)s)")
-    demo.add_argument("--trace", type=_writable_path, default=DEMO_TRACE_FILE, metavar="PATH",
-                      help="Chrome trace of the simulated device (default %(default)s)")
+    demo.add_argument("--steps", type=_positive_int, default=None, metavar="N",
+                      help="tokens to generate (default 12); with --ddp, training steps "
+                      "(default 10)")
+    demo.add_argument("--trace", type=_writable_path, default=None, metavar="PATH",
+                      help=f"Chrome trace of the simulated device (default {DEMO_TRACE_FILE}; "
+                      f"with --ddp {DDP_TRACE_FILE})")
+    demo.add_argument("--ddp", action="store_true",
+                      help="data-parallel training instead: 2 ranks (gloo on 127.0.0.1), a "
+                      "simulated device each; under torchrun, runs as torchrun's rank")
     _add_bench_parser(sub)
     return parser
 
@@ -102,9 +108,13 @@ def _bench(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "demo" and args.ddp:
+        from simaccel.examples.ddp_demo import run_ddp_demo
+        return run_ddp_demo(args.trace or DDP_TRACE_FILE,
+                            steps=args.steps or 10)
     if args.command == "demo":
         from simaccel.demo import run_demo
-        return run_demo(steps=args.steps, trace_path=args.trace)
+        return run_demo(steps=args.steps or 12, trace_path=args.trace or DEMO_TRACE_FILE)
     if args.command == "bench":
         return _bench(args)
     return 2

@@ -57,3 +57,7 @@ class CacheDirectoryError(SimAccelError):
     It holds code that simaccel executes, so a directory another user owns or can write to
     is refused rather than trusted.
     """
+
+
+class DistributedError(SimAccelError):
+    """A rank of a distributed job failed, or the job ran past its timeout."""

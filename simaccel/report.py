@@ -33,6 +33,9 @@ class CompileReport:
     #: to decide a fact about: each is a recompile condition, like Dynamo's own)
     size_symbols: list[str] = field(default_factory=list)
     size_guards: list[str] = field(default_factory=list)
+    #: under DistributedDataParallel: the DDPOptimizer split this graph is and where its
+    #: gradient buckets are all-reduced (:func:`simaccel.backend.ddp_note`)
+    ddp: str = ""
 
     def __str__(self) -> str:
         return self.render(list_kernels=True)
@@ -71,6 +74,8 @@ class CompileReport:
             lines.append("  dynamic sizes (kernel arguments): " + ", ".join(self.size_symbols))
         if self.size_guards:
             lines.append("  size guards added by this compile: " + ", ".join(self.size_guards))
+        if self.ddp:
+            lines.append(f"  DDP: {self.ddp}")
         if self.guards is not None:
             lines.append(str(self.guards))
         return "\n".join(lines)

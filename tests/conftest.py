@@ -3,9 +3,9 @@
 * Private caches for the session, outside the checkout: ``SIMACCEL_CACHE_DIR`` (kernel
   cache), ``NUMBA_CACHE_DIR`` (numba's machine code, also of the kernel helper library
   next to ``simaccel/codegen/kernel_lib.py``) and Hypothesis' directory point into one
-  fresh temporary folder, so tests never read or write the user's caches or files in the
-  checkout, and a run always starts cold, as on a fresh install. Child processes the
-  tests start inherit the two variables.
+  fresh temporary folder (shared by the xdist workers of the session), so tests never read
+  or write the user's caches or files in the checkout, and a run always starts cold, as on
+  a fresh install. Child processes the tests start inherit the two variables.
 * :func:`check`: compile a function with ``backend="simaccel"``, run it, and assert it
   equals eager and really ran on the device (``check_model`` in Inductor's tests).
 """
@@ -28,25 +28,39 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 
-def _private_caches() -> pathlib.Path:
-    """Point the caches at a new temporary folder. Runs at import of this conftest, before
+#: set by the process that made the session's cache folder (the xdist controller, or the
+#: one pytest process), read by xdist workers, which inherit its environment
+_SESSION_ROOT = "SIMACCEL_TESTS_CACHE_ROOT"
+
+
+def _private_caches() -> tuple[pathlib.Path, bool]:
+    """Point the caches at the session's temporary folder; returns it and whether this
+    process made it (and removes it at the end). Runs at import of this conftest, before
     anything imports numba (which reads ``NUMBA_CACHE_DIR`` once, at import) or compiles
     a kernel (the kernel cache reads ``SIMACCEL_CACHE_DIR`` at its first compile).
-    Hypothesis' example database and caches go there too, not to ``./.hypothesis``."""
-    root = pathlib.Path(tempfile.mkdtemp(prefix="simaccel-tests-"))
+
+    xdist workers share the controller's folder: a kernel two workers' tests need is
+    compiled once (the kernel cache's lock file makes the second wait and load it), as the
+    ranks of a job on one machine share it. Hypothesis' example database and caches go
+    there too (a folder per worker), not to ``./.hypothesis``."""
+    inherited = os.environ.get(_SESSION_ROOT)
+    owner = not (inherited and os.environ.get("PYTEST_XDIST_WORKER"))
+    root = pathlib.Path(tempfile.mkdtemp(prefix="simaccel-tests-") if owner else inherited)
+    os.environ[_SESSION_ROOT] = str(root)
     os.environ["SIMACCEL_CACHE_DIR"] = str(root / "kernels")
     os.environ["NUMBA_CACHE_DIR"] = str(root / "numba")
     if "numba" in sys.modules:  # imported by a plugin first: make it read the variable
         sys.modules["numba"].config.reload_config()
-    set_hypothesis_home_dir(root / "hypothesis")
-    return root
+    set_hypothesis_home_dir(root / f"hypothesis-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
+    return root, owner
 
 
-_CACHE_ROOT = _private_caches()
+_CACHE_ROOT, _OWN_CACHE_ROOT = _private_caches()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    shutil.rmtree(_CACHE_ROOT, ignore_errors=True)
+    if _OWN_CACHE_ROOT:
+        shutil.rmtree(_CACHE_ROOT, ignore_errors=True)
 
 
 import torch  # noqa: E402
@@ -68,7 +82,8 @@ REDUCTION_TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 @pytest.fixture(scope="session")
 def kernel_cache_dir() -> pathlib.Path:
-    """The session's private kernel cache (``SIMACCEL_CACHE_DIR``), initially empty."""
+    """The session's private kernel cache (``SIMACCEL_CACHE_DIR``, shared by the xdist
+    workers), initially empty."""
     return _CACHE_ROOT / "kernels"
 
 

@@ -19,6 +19,9 @@ GROUP_TITLES = {
              "copy stepped in the same rounds), Dynamo graphs over all steps",
     "shape": "changing sizes: graphs and call time (baseline: Dynamo eager; dynamic vs "
              "static and new-size calls: simaccel against itself)",
+    "ddp": "DDP training step on 2 gloo ranks, 5 gradient buckets: the slower rank's "
+           "median seconds per step (baseline: plain eager DDP); collective = gradient "
+           "bytes DMA'd off the device per step, hidden = simulated share under compute",
     "compile": "first call in a new process: cold = empty caches, warm = caches kept "
                "(baseline: cold -> inductor cold, warm -> same backend cold; lift_auto -> "
                "lift_off: simaccel with and without the lifting re-trace, empty caches; "
@@ -39,7 +42,7 @@ def fmt_seconds(seconds: float | None) -> str:
 
 def baseline_of(rec: Record) -> tuple[str, str, str] | None:
     """``(key, backend, label)`` of the record ``rec`` is compared with, or ``None``."""
-    if rec.group in ("scalar", "kernel", "optim"):
+    if rec.group in ("scalar", "kernel", "optim", "ddp"):
         return rec.key, "eager", "eager"
     if rec.group == "steady":
         return rec.key, "dynamo_eager", "dynamo_eager"
@@ -71,6 +74,8 @@ def _extra_cells(rec: Record) -> str:
     x = rec.extra
     if rec.group == "optim":
         return _optim_cells(rec)
+    if rec.group == "ddp":
+        return _ddp_cells(rec)
     cells = []
     if "recompiles" in x:
         cells.append(f"recompiles {x['recompiles']}/{rec.samples}")
@@ -107,6 +112,17 @@ def _optim_cells(rec: Record) -> str:
         cells.append(f"/eager same rounds {x['over_eager']:.2f}x")
     if x.get("hit_recompile_limit"):
         cells.append("hit the recompile limit")
+    return ", ".join(cells)
+
+
+def _ddp_cells(rec: Record) -> str:
+    x = rec.extra
+    cells = ["ranks " + "/".join(fmt_seconds(m) for m in x.get("rank_medians_s", []))]
+    if x.get("graphs") is not None:
+        cells.append(f"graphs {x['graphs']}")
+    if x.get("collective_bytes_per_step"):
+        cells.append(f"collective {x['collective_bytes_per_step'] / 1e6:.2f} MB/step, "
+                     f"hidden {100 * (x.get('hidden_fraction') or 0):.1f}%")
     return ", ".join(cells)
 
 

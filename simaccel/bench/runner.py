@@ -19,12 +19,13 @@ import torch
 
 from simaccel.bench import BACKENDS
 from simaccel.bench import scenarios as sc
+from simaccel.bench.ddp import ddp_tasks
 from simaccel.bench.optim import optim_tasks
 from simaccel.bench.shapes import shape_tasks
 from simaccel.bench.workloads import KERNEL_WORKLOADS, SCALAR_SCENARIOS
 
 #: the scenario groups, in the order they run.
-GROUPS = ("steady", "scalar", "guard", "kernel", "optim", "shape", "compile")
+GROUPS = ("steady", "scalar", "guard", "kernel", "optim", "shape", "ddp", "compile")
 
 
 @dataclass
@@ -107,6 +108,7 @@ def build_tasks(backends: Sequence[str], cfg: sc.BenchConfig, cache_root: str) -
                   for b in backends]
     tasks += optim_tasks(list(backends), cfg, Task)
     tasks += shape_tasks(list(backends), cfg, Task)
+    tasks += ddp_tasks(list(backends), cfg, Task)
     return tasks + _compile_tasks(backends, cfg, cache_root)
 
 

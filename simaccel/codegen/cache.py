@@ -16,6 +16,11 @@ can write to them (:mod:`simaccel.cachedir`); a module is imported only
 when its content hashes to its name, a native object only when its header's hash
 matches its code; a missing, truncated or tampered entry is rewritten and recompiled,
 never trusted and never a crash.
+
+Processes sharing a cache directory (the ranks of a data-parallel job, xdist workers)
+compile a kernel once between them: the first to miss holds a lock file for that kernel
+(``flock``) while it compiles and exports it; the others wait on the lock and then load
+what it wrote.
 """
 from __future__ import annotations
 
@@ -27,9 +32,15 @@ import logging
 import os
 import sys
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: processes compile independently
+    fcntl = None  # type: ignore[assignment]
 
 from simaccel.cachedir import default_cache_dir, ensure_private_dir, write_atomic
 from simaccel.codegen import native
@@ -80,11 +91,12 @@ class KernelCache:
             fn = self._loaded.get((digest, key))
             if fn is not None:
                 return LoadedKernel(fn, "memory", path, digest)
-            self._write_verified(path, source, digest)
-            fn = self._load_native(path, key)
-            origin = "disk"
-            if fn is None:
-                fn, origin = self._load_with_numba(path, source, digest, signature)
+            with _compile_lock(path):
+                self._write_verified(path, source, digest)
+                fn = self._load_native(path, key)
+                origin = "disk"
+                if fn is None:
+                    fn, origin = self._load_with_numba(path, source, digest, signature)
             self._loaded[(digest, key)] = fn
             return LoadedKernel(fn, origin, path, digest)
 
@@ -184,6 +196,20 @@ class KernelCache:
                 entry.unlink()
             except OSError:
                 pass
+
+
+@contextmanager
+def _compile_lock(path: Path) -> Iterator[None]:
+    """Hold the cross-process lock of kernel module ``path`` (see the module doc)."""
+    if fcntl is None:
+        yield
+        return
+    fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def numba_cache_dirs(path: Path) -> list[Path]:

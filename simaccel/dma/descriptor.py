@@ -15,8 +15,9 @@ from simaccel.dma.copy import check_pair
 
 #: Directions a descriptor can move bytes in.
 #: h2d: host -> device, d2h: device -> host, const: host constant bank -> device,
-#: d2d: device -> device.
-KINDS: tuple[str, ...] = ("h2d", "d2h", "const", "d2d")
+#: d2d: device -> device; collective.d2h / collective.h2d: a gradient bucket leaving the
+#: device for a host collective (torch.distributed all-reduce) and coming back.
+KINDS: tuple[str, ...] = ("h2d", "d2h", "const", "d2d", "collective.d2h", "collective.h2d")
 
 
 @dataclass(eq=False, repr=False)

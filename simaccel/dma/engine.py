@@ -338,14 +338,20 @@ class DmaEngine:
         with self._lock:
             return self._clock.now_ns
 
+    @property
+    def compute_free_ns(self) -> float:
+        """Time the compute track finishes its queued kernels (ns)."""
+        with self._lock:
+            return self._clock.free_at(COMPUTE_TRACK)
+
     def channel_free_ns(self, channel: int) -> float:
         """Time DMA channel ``channel`` finishes its queued descriptors (ns)."""
         with self._lock:
             return self._clock.free_at(channel_track(channel))
 
     def stats(self) -> dict[str, float]:
-        """Flat counters: ``{kind}.bytes``/``{kind}.transfers`` for h2d, d2h, const, d2d and
-        staged; ``h2d.mapped_bytes``/``h2d.mapped_reads`` (mapped reads, also counted in
+        """Flat counters: ``{kind}.bytes``/``{kind}.transfers`` for h2d, d2h, const, d2d,
+        collective.d2h, collective.h2d and staged; ``h2d.mapped_bytes``/``h2d.mapped_reads`` (mapped reads, also counted in
         ``h2d.bytes`` and ``descriptors``); ``descriptors``; ``bursts``; ``busy_ns`` (sum of
         channel busy time, ns);
         ``compute_ns``/``compute_items``; ``timeline_ns`` (latest end on any track, ns)."""
@@ -369,12 +375,13 @@ class DmaEngine:
         with self._lock:
             return self._trace.events()
 
-    def chrome_trace(self) -> dict[str, Any]:
-        """The trace as a Chrome Trace Event JSON object."""
+    def chrome_trace(self, **process: Any) -> dict[str, Any]:
+        """The trace as a Chrome Trace Event JSON object (``process``: its ``pid`` and
+        ``process_name``)."""
         with self._lock:
-            return self._trace.to_chrome_trace()
+            return self._trace.to_chrome_trace(**process)
 
-    def export_chrome_trace(self, path: str | os.PathLike[str]) -> None:
+    def export_chrome_trace(self, path: str | os.PathLike[str], **process: Any) -> None:
         """Write the trace to ``path`` as Chrome Trace Event JSON (loadable in Perfetto)."""
         with self._lock:
-            self._trace.export(path)
+            self._trace.export(path, **process)

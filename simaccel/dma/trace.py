@@ -86,25 +86,28 @@ class TraceRecorder:
         self._events.clear()
         self._recorded = 0
 
-    def to_chrome_trace(self) -> dict[str, Any]:
-        """The trace as a Chrome Trace Event JSON object (``ts``/``dur`` in microseconds)."""
+    def to_chrome_trace(self, pid: int = TRACE_PID,
+                        process_name: str = "simaccel device") -> dict[str, Any]:
+        """The trace as a Chrome Trace Event JSON object (``ts``/``dur`` in microseconds);
+        ``pid``/``process_name``: the process the tracks belong to (one per rank when the
+        traces of several ranks are merged)."""
         out: list[dict[str, Any]] = [
-            {"ph": "M", "pid": TRACE_PID, "tid": 0, "name": "process_name",
-             "args": {"name": "simaccel device"}}]
+            {"ph": "M", "pid": pid, "tid": 0, "name": "process_name",
+             "args": {"name": process_name}}]
         for tid, name in enumerate(self.track_names):
-            out.append({"ph": "M", "pid": TRACE_PID, "tid": tid, "name": "thread_name",
+            out.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name",
                         "args": {"name": name}})
-            out.append({"ph": "M", "pid": TRACE_PID, "tid": tid, "name": "thread_sort_index",
+            out.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index",
                         "args": {"sort_index": tid}})
         for ev in self.events():
-            out.append({"ph": "X", "pid": TRACE_PID, "tid": ev.tid, "name": ev.name,
+            out.append({"ph": "X", "pid": pid, "tid": ev.tid, "name": ev.name,
                         "cat": ev.cat, "ts": ev.start_ns / 1000.0,
                         "dur": ev.dur_ns / 1000.0, "args": dict(ev.args)})
         return {"traceEvents": out, "displayTimeUnit": "ns",
                 "otherData": {"dropped_events": self.dropped}}
 
-    def export(self, path: str | os.PathLike[str]) -> None:
-        """Write :meth:`to_chrome_trace` to ``path`` as JSON."""
+    def export(self, path: str | os.PathLike[str], **process: Any) -> None:
+        """Write :meth:`to_chrome_trace` (``process``: its pid/process_name) to ``path``."""
         with open(path, "w", encoding="utf-8") as fh:
-            json.dump(self.to_chrome_trace(), fh)
+            json.dump(self.to_chrome_trace(**process), fh)
 

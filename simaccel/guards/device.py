@@ -12,9 +12,10 @@ For one Dynamo graph, :func:`device_guards` reads, per graph input (the position
 * the device config in force (``simaccel.configure``): memory plan, DMA plan and kernels
   are made for it. Guard ``simaccel.device_config`` on the frame.
 
-An input whose fact cannot be guarded (no readable source, e.g. the 0-d tensor Dynamo makes
-per call for a lifted float) gets the fact that is correct for any value: not aligned
-(staging) and 64 bits.
+An input whose fact cannot be guarded (no readable source: the 0-d tensor Dynamo makes
+per call for a lifted float, or an intermediate value DDPOptimizer passes from one split
+graph to the next) gets the fact that is correct for any value: alignment not pinned
+(``{"aligned": None}``: the program checks it per call) and 64 bits.
 """
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ INT32_END = 2 ** 31  # exclusive
 class DevicePlanFacts:
     """Compile-time facts of one Dynamo graph that its device plan is built on.
 
-    ``inputs`` maps an ``example_inputs`` index to ``{"aligned": bool}`` (tensor inputs),
+    ``inputs`` maps an ``example_inputs`` index to ``{"aligned": bool | None}`` (tensor
+    inputs; None: not pinned, checked per call),
     ``{"resident": True}`` (parameters and static-address tensors: no per-call guard, their
     alignment is checked at each upload) or ``{"int_bits": 32 | 64}`` (int inputs); other
     inputs are absent. ``alignment`` (bytes)
@@ -111,7 +113,7 @@ def device_guards(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         if isinstance(guard, AddedGuard):
             added.append(guard)
         elif guard is not None and not _try_add(guard, added):
-            fact = {"aligned": False} if "aligned" in fact else {"int_bits": 64}
+            fact = {"aligned": None} if "aligned" in fact else {"int_bits": 64}
         inputs[graph_input.index] = fact
     return DevicePlanFacts(alignment, config.key(), inputs, tuple(added))
 
@@ -130,7 +132,8 @@ def _tensor_fact(graph_input: GraphInput,
                  alignment: int) -> tuple[dict[str, Any], Guard | None]:
     value = graph_input.value
     if graph_input.source is None or not isinstance(value, torch.Tensor):
-        return {"aligned": False}, None  # a tensor Dynamo makes per call: no pointer to pin
+        # a tensor made per call (no source): no pointer to pin, checked per call
+        return {"aligned": None}, None
     if is_device_resident(value):
         # Resident on the device (uploaded once, again when its version moves): its
         # alignment matters only at an upload, which checks it then. No per-call guard, so

@@ -29,6 +29,9 @@ class Device:
         self._counters: Counter[str] = Counter()
         self._programs: weakref.WeakSet[Any] = weakref.WeakSet()
         self.generation = 0
+        #: this process's rank in a torch.distributed job (None outside one); set by
+        #: :mod:`simaccel.distributed` when a DDP job uses the device
+        self.rank: int | None = None
         self._build(config or DeviceConfig())
         #: serialises kernel launches: one compute queue, and numba's default
         #: workqueue threading layer is not safe under concurrent parallel kernels.
@@ -73,6 +76,16 @@ class Device:
             self.allocator.empty_cache()
         return freed
 
+    def unload_programs(self) -> int:
+        """Free the device memory of every idle program (each re-uploads what it needs at
+        its next call) and empty the allocator's cache; returns the bytes the programs
+        freed."""
+        with self._lock:
+            programs = list(self._programs)
+        freed = sum(p.unload() for p in programs)
+        self.allocator.empty_cache()
+        return freed
+
     # ------------------------------------------------------------------ counters
 
     def count_call(self, launches: int, kernel_wall_ns: int = 0) -> None:
@@ -95,6 +108,8 @@ class Device:
         with self._lock:
             stats = {k: 0 for k in RUNTIME_KEYS}
             stats.update({k: v for k, v in self._counters.items() if not k.startswith("dma_prev.")})
+            if self.rank is not None:
+                stats["rank"] = self.rank
             return stats
 
     def dma_stats(self) -> dict[str, Any]:
@@ -125,8 +140,15 @@ class Device:
                 self.allocator.reset_accumulated_stats()
 
     def export_trace(self, path: str) -> None:
-        """Write the simulated timeline as Chrome trace JSON (loads in Perfetto)."""
-        self.dma.export_chrome_trace(path)
+        """Write the simulated timeline as Chrome trace JSON (loads in Perfetto); in a
+        distributed job its process is the rank's (pid ``rank + 1``)."""
+        self.dma.export_chrome_trace(path, **self.trace_process())
+
+    def trace_process(self) -> dict[str, Any]:
+        """The pid and process name this device's trace events carry."""
+        if self.rank is None:
+            return {}
+        return {"pid": self.rank + 1, "process_name": f"simaccel device (rank {self.rank})"}
 
     def kernel_time_ns(self, flops: float, nbytes: float) -> float:
         """Roofline time of a kernel (ns): launch cost + max(compute, memory) time."""

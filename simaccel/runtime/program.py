@@ -193,6 +193,23 @@ class Program:
         finally:
             self._lock.release()
 
+    def unload(self) -> int:
+        """Free everything the program keeps on the device (constants, constant bank,
+        resident inputs, workspace); the next call uploads it again, as after a
+        reconfigure. Returns the bytes freed; 0 if a call is running (nothing freed)."""
+        if not self._lock.acquire(blocking=False):
+            return 0
+        try:
+            state = self._state
+            blocks = [state.block, state.workspace, *state.input_blocks]
+            freed = sum(b.size for b in blocks if b is not None)
+            state.free()
+            self._bound.clear()
+            self._generation = -1
+            return freed
+        finally:
+            self._lock.release()
+
     def _bind_workspace(self, block: Block, layout: SizedLayout) -> BoundWorkspace:
         """Views of every buffer in ``block`` and the launches bound to them (made once
         per block and size tuple; a kernel reading a host-mapped input is bound per call,

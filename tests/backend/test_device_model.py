@@ -187,3 +187,23 @@ def test_misaligned_input_takes_the_staging_path_aligned_the_direct_one():
         dma = device.dma_stats()
         assert dma["staged.transfers"] == staged
         assert dma["h2d.bytes"] == x.numel() * 4
+
+
+def test_unloaded_programs_free_their_memory_and_upload_again_at_the_next_call():
+    """``Device.unload_programs`` (what ``simaccel.distributed.shutdown`` calls): a live
+    compiled model gives back every block, and its next call re-uploads its weights."""
+    torch.manual_seed(0)
+    model, x = Head().eval(), torch.randn(4, 32)
+    device = simaccel.get_device()
+    gc.collect()
+    baseline = device.memory_stats()["allocated_bytes.all.current"]
+    compiled = torch.compile(model, backend="simaccel", dynamic=False)
+    with torch.no_grad():
+        expected = model(x)
+        torch.testing.assert_close(compiled(x), expected, rtol=1e-5, atol=1e-6)
+        assert device.memory_stats()["allocated_bytes.all.current"] > baseline
+        assert device.unload_programs() > 0
+        assert device.memory_stats()["allocated_bytes.all.current"] == baseline
+        uploads = device.runtime_stats()["resident_uploads"]
+        torch.testing.assert_close(compiled(x), expected, rtol=1e-5, atol=1e-6)
+    assert device.runtime_stats()["resident_uploads"] > uploads

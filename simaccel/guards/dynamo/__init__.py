@@ -25,6 +25,7 @@ Modules, by concern:
 * :mod:`.values`: module-state tensors, size hints, leaving fake-tensor mode.
 * :mod:`.aot`: AOTAutograd: its entry point, decomposition tables, whether its runtime
   wrapper is needed, what a backward graph's inputs are in the forward graph.
+* :mod:`.ddp`: the DDP module whose forward is compiling, the DDPOptimizer split index.
 * :mod:`.shapes`: the guards size decisions add to the frame's shape env.
 * :mod:`.logs`: the ``simaccel`` log in torch's logging system.
 * :mod:`.errors`: simaccel's errors reach the user unwrapped (not in
@@ -42,6 +43,7 @@ from simaccel.guards.dynamo.frame import (
     VALUE_GUARDS, current_compile_id, eval_frame_expression, frame_slot, frame_value,
     graph_inputs, in_resume_frame, resolve_source, value_guard_sites,
 )
+from simaccel.guards.dynamo.ddp import active_ddp_module, ddp_split_index
 from simaccel.guards.dynamo.errors import errors_reach_user
 from simaccel.guards.dynamo.failures import graph_end, involved_sources
 from simaccel.guards.dynamo.guard_text import readable_guards, symbol_predicates
@@ -61,9 +63,9 @@ from simaccel.guards.dynamo.version import SUPPORTED_TORCH_VERSION, assert_suppo
 
 __all__ = [
     "SIMACCEL_GUARD", "SIMACCEL_SHAPE_ENV", "SUPPORTED_TORCH_VERSION", "VALUE_GUARDS",
-    "aot_module_simplified", "assert_supported_torch", "backward_input_origins",
+    "active_ddp_module", "aot_module_simplified", "assert_supported_torch", "backward_input_origins",
     "changed_sources", "core_aten_decomposition_table",
-    "current_compile_id", "decompositions_for", "errors_reach_user", "eval_frame_expression", "frame_slot",
+    "current_compile_id", "ddp_split_index", "decompositions_for", "errors_reach_user", "eval_frame_expression", "frame_slot",
     "frame_value", "graph_end", "graph_inputs", "guard_symint_range", "involved_sources", "has_static_address",
     "in_resume_frame", "inspect_lifted", "install_frame_expression", "install_lambda_guard",
     "is_module_state", "pending_retrace", "readable_guards", "register_torch_logs",

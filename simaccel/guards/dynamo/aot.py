@@ -23,7 +23,14 @@ def aot_module_simplified(gm: torch.fx.GraphModule, example_inputs: list[Any],
                           **kwargs: Any) -> Callable[..., Any]:
     """``torch._functorch.aot_autograd.aot_module_simplified`` (the entry point torch's own
     backends use), with the scalar arguments simaccel lowers itself kept symbolic by the
-    tensorify pass (:mod:`.tensorify`)."""
+    tensorify pass (:mod:`.tensorify`).
+
+    Counted in ``counters["aot_autograd"]["total"]`` as torch's ``aot_autograd`` backend
+    helper counts it: DDPOptimizer reads that counter to know AOTAutograd compiled a
+    split, and only then makes the split's first call at compile time, on fake tensors
+    (otherwise the fake outputs AOTAutograd prepared reach the user's first real call)."""
+    from torch._dynamo.utils import counters
+    counters["aot_autograd"]["total"] += 1
     with symbolic_scalar_arguments():
         return aot_autograd.aot_module_simplified(gm, example_inputs, **kwargs)
 
@@ -77,6 +84,8 @@ def runtime_wrapper_needed(frame_gm: torch.fx.GraphModule, graph: torch.fx.Graph
          "the graph's inputs are not the frame's (module-held parameters or deduplicated "
          "inputs)"),
         (autocast, "autocast is enabled"),
+        (getattr(TracingContext.try_get(), "fakify_first_call", False),
+         "DDPOptimizer takes fake outputs from the first call"),
     )
     for failed, reason in checks:
         if failed:

@@ -68,6 +68,9 @@ REQUIRED_INTERNALS: tuple[tuple[str, str], ...] = (
     ("torch._functorch._aot_autograd.graph_compile", "tensorify_python_scalars"),
     ("torch.fx.passes._tensorify_python_scalars", "SUPPORTED_OPS"),
     ("torch._functorch.aot_autograd", "aot_module_simplified"),
+    ("torch.nn.parallel", "DistributedDataParallel._get_active_ddp_module"),
+    ("torch._dynamo.backends.distributed", "DDPOptimizerContext"),
+    ("torch._dynamo.utils", "counters"),
 )
 
 #: the fields of AOTAutograd's graph metadata :func:`.aot.runtime_wrapper_needed` reads
