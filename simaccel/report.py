@@ -71,7 +71,7 @@ class CompileReport:
             mapped = [f"input {i} ({name}, {nbytes} bytes)" for i, name, nbytes in self.host_mapped]
             lines.append("  host-mapped inputs (read in place, not copied): " + ", ".join(mapped))
         if self.size_symbols:
-            lines.append("  dynamic sizes (kernel arguments): " + ", ".join(self.size_symbols))
+            lines.append("  dynamic sizes (read from the constant bank): " + ", ".join(self.size_symbols))
         if self.size_guards:
             lines.append("  size guards added by this compile: " + ", ".join(self.size_guards))
         if self.ddp:

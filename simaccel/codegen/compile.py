@@ -33,8 +33,8 @@ from simaccel.codegen.ir import ExternKernel, LibraryKernel, PointwiseKernel, Re
 from simaccel.codegen.size_args import (evaluate_size, names_of, runtime_size, runtime_sizes,
                                         symbol_sources, with_size_args)
 from simaccel.codegen.values import Realized
-from simaccel.runtime.spec import (BufferDecl, HostStep, InputPlan, LaunchStep, OutputDecl,
-                                   ProgramSpec)
+from simaccel.runtime.spec import (SIZE_BANK, BufferDecl, HostStep, InputPlan, LaunchStep,
+                                   OutputDecl, ProgramSpec)
 
 log = logging.getLogger("simaccel.codegen")
 
@@ -106,20 +106,24 @@ def library_step(kernel: LibraryKernel, lowered: LoweredGraph) -> tuple[LaunchSt
 
 
 def _launch_step(kernel: Any, fn: Any, buffers: list[str], params: list[Any],
-                 lowered: LoweredGraph) -> LaunchStep:
-    """The runtime step of ``kernel``: ``fn`` on ``buffers`` and ``params``, with the
-    buffers the kernel declares it reads and writes."""
+                 lowered: LoweredGraph, size_slots: tuple[str, ...] = ()) -> LaunchStep:
+    """The runtime step of ``kernel``: ``fn`` on ``buffers`` and ``params`` (and the size
+    bank slots of ``size_slots``), with the buffers the kernel declares it reads and
+    writes."""
     flops, nbytes = _cost(kernel, lowered)
     return LaunchStep(kernel.name, fn, tuple(buffers), runtime_sizes(params),
-                      runtime_size(flops), runtime_size(nbytes), kernel.reads, kernel.writes)
+                      runtime_size(flops), runtime_size(nbytes), kernel.reads, kernel.writes,
+                      size_slots)
 
 
 def jit_kernel(kernel: Any, lowered: LoweredGraph, device: Any) -> tuple[LaunchStep, KernelInfo]:
     source, buffers, params = _emit(kernel)
-    source, size_symbols = with_size_args(source)
-    params = list(params) + size_symbols  # dynamic sizes: trailing int64 arguments
+    source, size_symbols = with_size_args(source, len(buffers))
     signature = tuple(_array_type(lowered.buffers[b].dtype) for b in buffers)
-    signature += tuple("int64" for _ in params)
+    if size_symbols:  # dynamic sizes: read from the size bank, by slot
+        buffers = [*buffers, SIZE_BANK]
+        signature += ("array(int64, 1d, C)",)
+    signature += tuple("int64" for _ in (*params, *size_symbols))
     start = time.perf_counter()
     loaded = _CACHE.load(source, signature)
     elapsed = (time.perf_counter() - start) * 1e3
@@ -129,7 +133,7 @@ def jit_kernel(kernel: Any, lowered: LoweredGraph, device: Any) -> tuple[LaunchS
     if os.environ.get("SIMACCEL_DEBUG") == "1":
         log.info("kernel %s (%s, %.1f ms): %s\n%s", kernel.name, loaded.origin, elapsed,
                  loaded.path, source)
-    step = _launch_step(kernel, loaded.fn, buffers, params, lowered)
+    step = _launch_step(kernel, loaded.fn, buffers, params, lowered, tuple(size_symbols))
     kind = type(kernel).__name__.replace("Kernel", "").lower()
     return step, KernelInfo(kernel.name, kind, loaded.origin, str(loaded.path), elapsed)
 
@@ -235,7 +239,7 @@ def _size_names(buffers: dict[str, BufferDecl], steps: list[Any],
     sizes: list[Any] = [b.numel for b in buffers.values()]
     for step in steps:
         if isinstance(step, LaunchStep):
-            sizes += [*step.params, step.flops, step.nbytes]
+            sizes += [*step.params, *step.size_slots, step.flops, step.nbytes]
         else:
             sizes += list(step.sizes)
     for out in outputs:

@@ -1,9 +1,11 @@
 """Dynamic sizes from the IR to the runtime: kernel size arguments and size expressions.
 
-A kernel whose source names size symbols (``for i0 in range(s0):``) takes them as trailing
-``int64`` arguments, renamed by position (``_z0, _z1``) so that kernels of the same
-structure share one source, one numba compile and one cache entry, whatever the symbols
-are called and whatever their values. Everything else symbolic (buffer sizes, template
+A kernel whose source names size symbols (``for i0 in range(s0):``) reads them from the
+program's size bank in device memory (part of the constant bank: the runtime uploads the
+symbols' values there, once per size change), renamed by position (``_z0, _z1``, loaded
+from bank slots given as arguments) so that kernels of the same structure share one
+source, one numba compile and one cache entry, whatever the symbols are called and
+whatever their values. Everything else symbolic (buffer sizes, template
 parameters, output layouts, costs) reaches the runtime as an expression string
 (:mod:`simaccel.runtime.sizes`); each symbol's value is read from the call's arguments
 (:class:`~simaccel.runtime.sizes.SymbolSource`).
@@ -23,16 +25,26 @@ from simaccel.runtime.sizes import SIZE_FUNCTIONS, SymbolSource
 _DEF_LINE = re.compile(r"def kernel\((.*?)\):")
 
 
-def with_size_args(source: str) -> tuple[str, list[str]]:
-    """``source`` whose ``kernel`` also takes the size symbols it names (positional names
-    ``_z0, _z1, ...``), and those symbols in argument order."""
+def with_size_args(source: str, buffers: int) -> tuple[str, list[str]]:
+    """``source`` whose ``kernel`` also reads the size symbols it names from the size bank,
+    and those symbols in slot order. The kernel takes the bank (an int64 array) after its
+    ``buffers`` array arguments and one slot index per symbol at the end, and loads the
+    values first (``_z0 = _zb[_zs0]``), so kernels of the same structure share one source,
+    one numba compile and one cache entry, whatever the symbols are called, wherever the
+    program keeps them and whatever their values."""
     symbols = names_in(source)
     if not symbols:
         return source, []
     position = {name: f"_z{k}" for k, name in enumerate(symbols)}
     renamed = SYMBOL_NAME.sub(lambda m: position[m.group(0)], source)
-    extra = ", ".join(position[name] for name in symbols)
-    return _DEF_LINE.sub(lambda m: f"def kernel({m.group(1)}, {extra}):", renamed, 1), symbols
+    slots = ", ".join(f"_zs{k}" for k in range(len(symbols)))
+    loads = "".join(f"\n    _z{k} = _zb[_zs{k}]" for k in range(len(symbols)))
+
+    def signature(match: re.Match) -> str:
+        args = [a.strip() for a in match.group(1).split(",") if a.strip()]
+        args = args[:buffers] + ["_zb"] + args[buffers:]
+        return f"def kernel({', '.join(args)}, {slots}):{loads}"
+    return _DEF_LINE.sub(signature, renamed, 1), symbols
 
 
 def runtime_size(value: Any) -> Any:

@@ -4,6 +4,10 @@ Each call packs the current values into a host image, compares it with what the
 device holds, and issues one host-to-device ``const`` transfer only when something
 changed. Every slot is aligned to its own size: an int that fits 32 bits gets a 4-byte
 slot (the backend guards that it keeps fitting), floats and wider ints 8 bytes.
+
+A program over dynamic shapes also keeps its size symbols' values in the bank, after the
+scalars: one int64 array (the size bank) that kernels read their loop bounds from. A call
+at new sizes changes the bank like a new scalar value does, in the same one transfer.
 """
 from __future__ import annotations
 
@@ -18,9 +22,10 @@ from simaccel.errors import SimAccelError
 
 class ConstantBank:
     """Layout and host image of one program's bank. ``slots``: (argument index, buffer
-    name, numpy dtype) per scalar, in bank order."""
+    name, numpy dtype) per scalar, in bank order; ``sizes``: how many size symbols the
+    size bank after them holds."""
 
-    def __init__(self, slots: list[tuple[int, str, np.dtype]]):
+    def __init__(self, slots: list[tuple[int, str, np.dtype]], sizes: int = 0):
         self.slots = slots
         self.offsets: list[int] = []
         offset = 0
@@ -28,21 +33,34 @@ class ConstantBank:
             offset = -(-offset // dtype.itemsize) * dtype.itemsize
             self.offsets.append(offset)
             offset += dtype.itemsize
+        #: where the size bank starts (bytes, 8-aligned) and how many int64 it holds
+        self.sizes_offset = -(-offset // 8) * 8
+        self.sizes = sizes
+        self.used = bool(slots) or sizes > 0
+        offset = self.sizes_offset + 8 * sizes
         self.nbytes = max(-(-offset // 8) * 8, 8)
         self.host = np.zeros(self.nbytes, np.uint8)
         self.valid = False  # the device copy matches ``host``
         self._last: list | None = None  # the values ``host`` holds (see _value_key)
         self._indices = [index for index, _, _ in slots]
-        self._layout = struct.Struct(_struct_format(slots, self.offsets, self.nbytes))
+        self._layout = struct.Struct(_struct_format(slots, self.offsets, self.nbytes, sizes))
 
     def views(self, bank: np.ndarray) -> dict[str, np.ndarray]:
         """Typed 1-element views of each slot in the device bank ``bank`` (uint8)."""
         return {name: bank[off:off + dtype.itemsize].view(dtype)
                 for (_, name, dtype), off in zip(self.slots, self.offsets)}
 
-    def pack(self, args: list[Any]) -> bool:
-        """Write the call's values into the host image; True if the device must be updated."""
+    def size_view(self, bank: np.ndarray) -> np.ndarray:
+        """The size bank in the device bank ``bank`` (uint8): int64, one per symbol."""
+        start = self.sizes_offset
+        return bank[start:start + 8 * max(self.sizes, 1)].view(np.int64)
+
+    def pack(self, args: list[Any], sizes: tuple[int, ...] = ()) -> bool:
+        """Write the call's values (and its size symbols' values) into the host image;
+        True if the device must be updated."""
         key = [_value_key(args[index]) for index in self._indices]
+        if sizes:
+            key += sizes
         if self.valid and key == self._last:
             return False  # the common case (nothing changed) costs one list compare
         values = [k[0] if type(k) is tuple else k for k in key]
@@ -71,12 +89,17 @@ _STRUCT_CODES = {"float64": "d", "float32": "f", "int64": "q", "int32": "i", "in
 
 
 def _struct_format(slots: list[tuple[int, str, np.dtype]], offsets: list[int],
-                   nbytes: int) -> str:
-    """A little-endian struct layout matching the bank's slots and padding."""
+                   nbytes: int, sizes: int = 0) -> str:
+    """A little-endian struct layout matching the bank's slots, the size bank (int64s,
+    8-aligned) and padding."""
     fmt, cursor = "<", 0
     for (_, _, dtype), off in zip(slots, offsets):
         fmt += "x" * (off - cursor) + _STRUCT_CODES[dtype.name]
         cursor = off + dtype.itemsize
+    if sizes:
+        start = -(-cursor // 8) * 8
+        fmt += "x" * (start - cursor) + "q" * sizes
+        cursor = start + 8 * sizes
     return fmt + "x" * (nbytes - cursor)
 
 

@@ -7,7 +7,9 @@ kept; inputs are DMA'd host to device as their :class:`~simaccel.runtime.spec.In
 says (copied, host-mapped: read in place by their one kernel, or resident: uploaded again
 only when they changed), lifted scalars go to the resident constant bank (one transfer,
 and only when a value changed), kernels run on device buffers, outputs are DMA'd back.
-Constants (``get_attr`` tensors) stay resident across calls.
+Constants (``get_attr`` tensors) stay resident across calls. Over dynamic shapes the
+size symbols' values ride in the constant bank too (its size bank: the same one transfer,
+only when a size or a scalar changed), and kernels read their loop bounds from it.
 
 This module knows nothing of torch: buffers are numpy arrays over device memory.
 """
@@ -29,8 +31,8 @@ from simaccel.runtime.hostmap import check_mapped, mapped_steps
 from simaccel.runtime.memory import Block
 from simaccel.runtime.layout import MAX_LAYOUTS, Layouts, SizedLayout, output_view
 from simaccel.runtime.resident import BoundWorkspace, ResidentState
-from simaccel.runtime.spec import (BufferDecl, HostStep, InputPlan, LaunchStep, OutputDecl,
-                                   Placement, ProgramSpec, Step)
+from simaccel.runtime.spec import (SIZE_BANK, BufferDecl, HostStep, InputPlan, LaunchStep,
+                                   OutputDecl, Placement, ProgramSpec, Step)
 
 __all__ = ["BufferDecl", "HostStep", "InputPlan", "LaunchStep", "OutputDecl", "Placement",
            "Program", "ProgramSpec"]
@@ -58,7 +60,8 @@ class Program:
         #: bound workspaces by size tuple (one, ``()``, for static shapes)
         self._bound: dict[tuple[int, ...], BoundWorkspace] = {}
         self._bank = ConstantBank([(p.index, p.buffer, np.dtype(p.dtype))
-                                   for p in spec.inputs_placed(Placement.BANK)])
+                                   for p in spec.inputs_placed(Placement.BANK)],
+                                  len(spec.symbols))
         self._resident_inputs = spec.inputs_placed(Placement.RESIDENT)
         #: the inputs moved in on every call (copied or mapped), in argument order
         self._streamed = spec.inputs_placed(Placement.COPIED, Placement.MAPPED)
@@ -69,6 +72,10 @@ class Program:
         self._mapped_steps = mapped_steps(spec.steps, self._streamed)
         self._kernel_wall_ns = 0
         self._launches_per_call = sum(step.on_device for step in spec.steps)
+        #: per step: the size bank slot of each size its kernel reads (see LaunchStep)
+        self._slots = [tuple(self._symbol_names.index(name) for name in step.size_slots)
+                       if isinstance(step, LaunchStep) else () for step in spec.steps]
+
         self._finalizer = weakref.finalize(self, self._state.free)
         device.register_program(self)
 
@@ -125,6 +132,7 @@ class Program:
             descs.append(Descriptor(np.ascontiguousarray(host).reshape(-1), view, "h2d", name))
             offset = _align(offset + decl.nbytes, device.config.alignment)
         state.bank = device.memory.view(offset, np.dtype(np.uint8), self._bank.nbytes)
+        state.size_bank = self._bank.size_view(state.bank)
         self._bank.valid = False
         if descs:
             device.dma.submit(descs)
@@ -220,6 +228,7 @@ class Program:
         memory, numel = self.device.memory, layout.numel
         views: dict[str, np.ndarray] = dict(self._state.views)
         views.update(self._bank.views(self._state.bank))
+        views[SIZE_BANK] = self._state.size_bank
         # data addresses of the workspace views, known from their offsets (reading them
         # back from numpy costs ~4 us a view, and a new size tuple rebinds every launch)
         base = memory.address + block.offset
@@ -230,7 +239,8 @@ class Program:
             addresses[name] = base + off
         mapped = {k for k, _ in self._mapped_steps}
         launches = [_unbound if k in mapped else
-                    _bind(step.fn, [views[b] for b in step.buffers] + list(layout.params[k]),
+                    _bind(step.fn, self._launch_args(k, [views[b] for b in step.buffers],
+                                                     layout),
                           [addresses.get(b) for b in step.buffers])
                     if isinstance(step, LaunchStep) else None
                     for k, step in enumerate(self.spec.steps)]
@@ -246,10 +256,16 @@ class Program:
         self._bound[layout.sizes] = bound
         return bound
 
+    def _launch_args(self, k: int, arrays: list[np.ndarray], layout: SizedLayout) -> list:
+        """Step ``k``'s kernel arguments: its arrays, its parameters at these sizes, the
+        size bank slots it reads."""
+        return [*arrays, *layout.params[k], *self._slots[k]]
+
     def _upload(self, bound: BoundWorkspace, args: list[Any],
                 data_ptrs: list[int] | None) -> float:
         """DMA the per-call tensor inputs (one scatter-gather submit) and, if a lifted
-        scalar changed, the constant bank (one descriptor); returns when both are done (ns)."""
+        scalar or a size symbol changed, the constant bank (one descriptor); returns when
+        both are done (ns)."""
         dma = self.device.dma
         end = 0.0
         if self._streamed:
@@ -264,7 +280,7 @@ class Program:
             # mapped inputs ride in the same submit: one h2d transfer per call
             end = dma.copy_many("h2d", srcs, dsts, self._streamed_labels, staged=staged,
                                 mapped=self._mapped_flags)
-        if self._bank.slots and self._bank.pack(args):
+        if self._bank.used and self._bank.pack(args, bound.layout.sizes):
             end = max(end, dma.copy_one("const", self._bank.host, self._state.bank,
                                         "constant bank"))
         return end
@@ -287,9 +303,9 @@ class Program:
             # kernels take flat arrays: a view of the (checked C-contiguous) host array
             hosts = {self._streamed[p].buffer: srcs[p].reshape(-1) for p in positions}
             step = self.spec.steps[k]
-            bound.launches[k] = _bind(step.fn, [hosts[b] if b in hosts else bound.views[b]
-                                                for b in step.buffers]
-                                      + list(bound.layout.params[k]))
+            bound.launches[k] = _bind(step.fn, self._launch_args(
+                k, [hosts[b] if b in hosts else bound.views[b] for b in step.buffers],
+                bound.layout))
             bound.mapped_keys[k] = key
 
     def _aligned(self, plan: InputPlan, host: np.ndarray, data_ptrs: list[int] | None) -> bool:

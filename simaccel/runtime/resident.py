@@ -31,6 +31,9 @@ class ResidentState:
     views: dict[str, np.ndarray] = field(default_factory=dict)
     #: the constant bank's device bytes
     bank: np.ndarray | None = None
+    #: the size bank (part of ``bank``): every size symbol's value (int64, in
+    #: ``spec.symbols`` order)
+    size_bank: np.ndarray | None = None
     #: buffer -> content key of the resident input uploaded into it
     keys: dict[str, Any] = field(default_factory=dict)
 
@@ -44,7 +47,7 @@ class ResidentState:
                     allocator.free(block)
                 except Exception:  # the allocator was replaced by a reconfigure: nothing to free
                     pass
-        self.allocator = self.block = self.workspace = self.bank = None
+        self.allocator = self.block = self.workspace = self.bank = self.size_bank = None
         self.input_blocks.clear()
         self.views.clear()
         self.keys.clear()

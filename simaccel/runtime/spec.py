@@ -48,12 +48,21 @@ class BufferDecl:
         return self.numel * self.itemsize
 
 
+#: the buffer name a kernel reading dynamic sizes takes the program's size bank by
+SIZE_BANK = "__size_bank__"
+
+
 @dataclass(frozen=True)
 class LaunchStep:
     """Launch ``fn(*buffers, *params)`` on device buffers (``buffers`` in argument order);
     ``reads``/``writes``: exactly the buffers it loads from and stores to;
     ``flops``/``nbytes`` feed the roofline timing model. ``params``, ``flops`` and
-    ``nbytes`` may be size expressions (strings), evaluated per call."""
+    ``nbytes`` may be size expressions (strings), evaluated per call.
+
+    ``size_slots``: the size symbols the kernel reads from the program's size bank (a
+    device buffer holding every symbol's value, :data:`SIZE_BANK` in ``buffers``): it is
+    launched as ``fn(*buffers, *params, *slots)``, each slot the symbol's position in the
+    bank."""
 
     name: str
     fn: Callable[..., Any]
@@ -63,6 +72,7 @@ class LaunchStep:
     nbytes: Size | float
     reads: frozenset[str]
     writes: frozenset[str]
+    size_slots: tuple[str, ...] = ()
     on_device: ClassVar[bool] = True
 
 

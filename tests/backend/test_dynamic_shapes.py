@@ -62,6 +62,27 @@ def test_a_kernel_compiles_once_for_every_size():
         stats["kernel_memory_hits"] == len(report.kernels)  # one compile, all sizes
 
 
+def test_sizes_reach_the_device_through_the_constant_bank_only_when_they_change():
+    """The size symbols go to the device like lifted scalars: in the constant bank, one
+    ``const`` transfer at a new size and none at a repeated one, and the kernels read their
+    loop bounds from it (its size bank), not from launch arguments."""
+    sizes = (4, 4, 6, 6, 6, 9, 4)
+    calls = [(torch.randn(b, 16),) for b in sizes]
+    torch._dynamo.reset()
+    device = simaccel.get_device()
+    compiled = torch.compile(_softmax_chain, backend="simaccel", dynamic=True)
+    transfers = []
+    for args in calls:
+        before = device.dma_stats()["const.transfers"]
+        torch.testing.assert_close(compiled(*args), _softmax_chain(*args), **REDUCTION_TOL)
+        transfers.append(device.dma_stats()["const.transfers"] - before)
+    assert transfers == [1, 0, 1, 0, 0, 1, 1]
+    report = simaccel.reports()[-1]
+    assert report.size_symbols and device.runtime_stats()["host_fallback_ops"] == 0
+    sources = [open(k.path).read() for k in report.kernels if k.kind != "library"]
+    assert sources and all("= _zb[_zs0]" in src for src in sources)
+
+
 def _decode_grow(layer: CachedAttention, steps: int) -> list[tuple]:
     x = torch.randn(1, 1, 32)
     k = v = torch.zeros(1, 4, 0, 8)
