@@ -146,7 +146,7 @@ def private_caches() -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _progress_line(i: int, n: int, task: Task, rec: sc.Record, seconds: float) -> str:
+def _progress_line(i: int, n: int, rec: sc.Record, seconds: float) -> str:
     if rec.skipped:
         what = f"skipped: {rec.skipped}"
     elif rec.median_s is None:
@@ -156,7 +156,7 @@ def _progress_line(i: int, n: int, task: Task, rec: sc.Record, seconds: float) -
         if "recompiles" in rec.extra:
             what += f", {rec.extra['recompiles']} recompiles"
     width = len(str(n))
-    return f"[{i:>{width}}/{n}] {rec.key:<44} {task.backend:<12} {what} ({seconds:.1f} s)"
+    return f"[{i:>{width}}/{n}] {rec.key:<44} {rec.backend:<12} {what} ({seconds:.1f} s)"
 
 
 def _error_summary(exc: BaseException) -> str:
@@ -186,7 +186,7 @@ def run_tasks(tasks: list[Task], progress: TextIO | None) -> list[sc.Record]:
         records += recs
         if progress is not None:
             for rec in recs:
-                print(_progress_line(i, len(tasks), task, rec, time.perf_counter() - start),
+                print(_progress_line(i, len(tasks), rec, time.perf_counter() - start),
                       file=progress, flush=True)
     return records
 

@@ -1,6 +1,12 @@
 """Convolution lowerings: 1-, 2- and 3-d, grouped, strided, padded, dilated, and
 transposed, forward and backward (:mod:`.templates_conv`). 16-bit float convolutions
-run in float32 (:mod:`.operands`); the bias is a fused epilogue."""
+run in float32 (:mod:`.operands`); the bias is a fused epilogue.
+
+A grouped convolution of static shape in float32/float64 is a library call instead
+(:func:`~simaccel.codegen.lower_library.library_call`: ATen's convolution on tensors viewing
+device memory, as inductor runs every convolution as an extern kernel): the template's
+im2col and GEMM per (image, group) are many small products, several times slower than the
+library's grouped kernel (``simaccel bench --scenarios grouped_conv``)."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,12 +14,14 @@ from typing import Any
 import torch
 
 from simaccel.codegen import templates_conv as tpl
-from simaccel.codegen.dtypes import compute_dtype, is_float
+from simaccel.codegen.dtypes import compute_dtype, is_float, storage_name
 from simaccel.codegen.graph import GraphLowering, Unsupported, extern
 from simaccel.codegen.ir import Expr, Op
+from simaccel.codegen.lower_library import library_call
 from simaccel.codegen.lower_reduce import reduce
 from simaccel.codegen.operands import as_dtype, dense
 from simaccel.codegen.registry import register
+from simaccel.codegen.sizes import is_symbolic
 from simaccel.codegen.values import Lazy, Realized, TensorValue, cast
 
 aten = torch.ops.aten
@@ -79,6 +87,10 @@ def _with_bias(out: Realized, bias: Any, dtype: str) -> TensorValue:
 def _convolution(ctx: GraphLowering, x: TensorValue, w: TensorValue, bias: Any,
                  stride: list[int], padding: list[int], dilation: list[int], transposed: bool,
                  output_padding: list[int], groups: int) -> TensorValue:
+    if _library_conv(ctx, groups):
+        return library_call(ctx, "conv", aten.convolution.default,
+                            (x, w, bias, stride, padding, dilation, transposed,
+                             output_padding, groups), {}, [ctx.meta(ctx.current)])[0]
     dtype = ctx.out_dtype()
     work = _work_dtype(dtype)
     shape = ctx.out_shape()
@@ -96,6 +108,24 @@ def _convolution(ctx: GraphLowering, x: TensorValue, w: TensorValue, bias: Any,
            _flops(out.numel if not transposed else x.numel, w.shape),
            4 * (x.numel + w.numel + out.numel), writes=(out.layout.buffer, cols))
     return _with_bias(out, bias, dtype)
+
+
+#: dtypes a grouped convolution runs in the library (16-bit floats stay on the template,
+#: which computes in float32 as the rest of the device does)
+LIBRARY_CONV_DTYPES = ("float32", "float64")
+
+
+def _library_conv(ctx: GraphLowering, groups: Any) -> bool:
+    """Whether the convolution being lowered runs as a library call (see the module doc)."""
+    node = ctx.current
+    values = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    flat = [t for v in values if isinstance(v, (list, tuple)) for t in v
+            if isinstance(t, torch.Tensor)]
+    tensors += flat
+    return (isinstance(groups, int) and groups > 1 and bool(tensors)
+            and all(storage_name(t.dtype) in LIBRARY_CONV_DTYPES for t in tensors)
+            and not any(is_symbolic(d) for t in tensors for d in (*t.shape, *t.stride())))
 
 
 def _grad(ctx: GraphLowering, source: str, out_shape: tuple, work: str, a: Realized,
@@ -117,6 +147,11 @@ def _convolution_backward(ctx: GraphLowering, go: TensorValue, x: TensorValue, w
     """(grad input, grad weight, grad bias), each only if ``output_mask`` asks for it. For a
     transposed convolution the roles swap: the convolution it transposes maps the output
     gradient's space to the input's."""
+    if _library_conv(ctx, groups):
+        return tuple(library_call(ctx, "conv", aten.convolution_backward.default,
+                                  (go, x, w, bias_sizes, stride, padding, dilation, transposed,
+                                   output_padding, groups, output_mask), {},
+                                  list(ctx.meta(ctx.current))))
     work = _work_dtype(x.dtype)
     gor, xr, wr = dense(ctx, go, work), dense(ctx, x, work), dense(ctx, w, work)
     src, dst = (xr, gor) if not transposed else (gor, xr)  # forward conv: src -> dst

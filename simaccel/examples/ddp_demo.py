@@ -36,10 +36,13 @@ def rank_job(rank: int, world_size: int, steps: int) -> dict[str, Any]:
 
 def run_ddp_demo(trace_path: str, steps: int = DDP_DEMO_STEPS) -> int:
     """Print the demo; 0 if every rank's parameters equal eager DDP's and the ranks agree."""
-    print(f"simaccel demo --ddp: 2 ranks (gloo, 127.0.0.1), each with its own simulated "
-          f"device, train DDP(torch.compile(mlp, backend='simaccel')) for {steps} steps; "
-          f"5 gradient buckets, lr changed every step by LambdaLR\n", flush=True)
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+    under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if os.environ.get("RANK", "0") == "0":  # once, not once per torchrun rank
+        print(f"simaccel demo --ddp: {os.environ.get('WORLD_SIZE', 2)} ranks (gloo), each "
+              f"with its own simulated device, train DDP(torch.compile(mlp, "
+              f"backend='simaccel')) for {steps} steps; 5 gradient buckets, lr changed every "
+              f"step by LambdaLR\n", flush=True)
+    if under_torchrun:
         return _as_torchrun_rank(trace_path, steps)
     from simaccel.distributed import spawn
     return report_job(spawn(rank_job, 2, (steps,)), trace_path)
