@@ -209,7 +209,7 @@ class Program:
             return 0
         try:
             state = self._state
-            blocks = [state.block, state.workspace, *state.input_blocks]
+            blocks = [state.block, state.workspace, *state.input_blocks.values()]
             freed = sum(b.size for b in blocks if b is not None)
             state.free()
             self._bound.clear()
@@ -353,8 +353,11 @@ class Program:
         view = views.get(name)
         if view is None or view.size != numel:
             decl = self.spec.buffers[name]
+            old = self._state.input_blocks.pop(name, None)
+            if old is not None:  # a dynamic size changed: the old size's block goes back
+                self.device.allocator.free(old)
             block = self.device.allocator.malloc(numel * decl.itemsize)
-            self._state.input_blocks.append(block)
+            self._state.input_blocks[name] = block
             views[name] = view = self.device.memory.view(block.offset, np.dtype(decl.dtype),
                                                          numel)
             self._bound.clear()

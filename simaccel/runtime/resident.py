@@ -25,8 +25,8 @@ class ResidentState:
     block: Block | None = None
     #: the per-call buffers (planned offsets), kept between calls
     workspace: Block | None = None
-    #: one block per resident input
-    input_blocks: list[Block] = field(default_factory=list)
+    #: one block per resident input, by buffer name
+    input_blocks: dict[str, Block] = field(default_factory=dict)
     #: device views of constants and resident inputs, by buffer name
     views: dict[str, np.ndarray] = field(default_factory=dict)
     #: the constant bank's device bytes
@@ -40,7 +40,7 @@ class ResidentState:
     def free(self) -> None:
         """Give every block back to the allocator it came from and forget the views."""
         allocator = self.allocator
-        blocks = [self.block, self.workspace, *self.input_blocks]
+        blocks = [self.block, self.workspace, *self.input_blocks.values()]
         for block in blocks:
             if block is not None and allocator is not None:
                 try:

@@ -226,3 +226,22 @@ def test_data_dependent_sizes_equal_eager_and_say_where_they_ran(case):
     fallbacks = [reason for r in simaccel.reports() for _, reason in r.host_fallbacks]
     if case != "item":  # a float item() needs no size: its graph runs on the device
         assert any("data-dependent size" in reason for reason in fallbacks), fallbacks
+
+
+def test_a_resident_input_of_a_new_size_gives_its_old_block_back():
+    """A static-address input (resident on the device) whose size changes gets a block of
+    the new size; the old one is freed, so alternating sizes do not grow device memory."""
+    torch._dynamo.reset()
+    device = simaccel.get_device()
+    compiled = torch.compile(lambda x, c: (x * 2).sum() + c.sum(), backend="simaccel",
+                             dynamic=True)
+    allocated = []
+    for n in (512, 4000, 512, 4000, 512):
+        cache = torch.randn(n)
+        torch._dynamo.mark_static_address(cache)
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x, cache), (x * 2).sum() + cache.sum(),
+                                   **REDUCTION_TOL)
+        allocated.append(device.memory_stats()["allocated_bytes.all.current"])
+    assert allocated[0] == allocated[2] == allocated[4] < allocated[1] == allocated[3]
+    assert device.runtime_stats()["host_fallback_ops"] == 0

@@ -100,15 +100,16 @@ def test_graph_count_and_device_path(job, model: str, rank: int) -> None:
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_changing_lr_compiles_no_more_after_the_first_steps(job, rank: int) -> None:
-    """The scheduler changes lr every step; the compiled optimizer step compiles at step 1
-    and once more at step 2 (its momentum buffers appear), as with Dynamo's eager
-    backend, and never again."""
+def test_a_new_lr_every_step_never_recompiles(job, rank: int) -> None:
+    """The scheduler changes lr every step. The model compiles at step 1 and the optimizer
+    step at step 2 (step 1 runs eagerly: it creates the momentum buffers); simaccel lifts
+    lr there and compiles nothing after, while Dynamo's eager backend compiles the step
+    again once lr changed (then makes it dynamic)."""
     ours = _runs(job, rank)["mlp/simaccel"]
     dynamo = _runs(job, rank)["mlp/dynamo-eager"]
     assert len(set(ours.lrs)) == STEPS
-    assert len(set(ours.unique_graphs[1:])) == 1
-    assert ours.unique_graphs == dynamo.unique_graphs
+    assert ours.unique_graphs[0] == 1 and set(ours.unique_graphs[1:]) == {2}
+    assert ours.unique_graphs[-1] < dynamo.unique_graphs[-1]
 
 
 @pytest.mark.parametrize("rank", [0, 1])
