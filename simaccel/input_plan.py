@@ -27,7 +27,7 @@ import torch
 
 from simaccel.codegen.dtypes import storage_dtype
 from simaccel.codegen.graph import LoweredGraph
-from simaccel.codegen.sizes import hint
+from simaccel.codegen.sizes import hint, is_value, same_size
 from simaccel.guards import dynamo
 from simaccel.runtime.hostmap import place_mapped_inputs
 from simaccel.runtime.spec import InputPlan, Placement
@@ -118,13 +118,23 @@ def plan_inputs(lowered: LoweredGraph, facts: Sequence[InputFacts], example_inpu
 
 
 def _c_contiguous(value: Any) -> bool:
-    """True for a tensor laid out in C order with static sizes and strides (strides of
-    size-1 dims do not count, as for numpy's flag); Dynamo's tensor guard pins them."""
+    """True for a tensor laid out in C order (strides of size-1 dims do not count, as for
+    numpy's flag); Dynamo's tensor guard pins the strides. Over dynamic sizes it must hold
+    for every size the graph serves: each stride is provably the product of the sizes
+    after it (``same_size``: the shape env's knowledge, no guard added)."""
     if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
         return False
-    if not all(type(v) is int for v in (*value.shape, *value.stride())):
-        return False  # symbolic: not known for every call (and asking would add a guard)
-    return value.is_contiguous()
+    shape, strides = tuple(value.shape), tuple(value.stride())
+    if all(type(v) is int for v in (*shape, *strides)):
+        return value.is_contiguous()
+    expected: Any = 1
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if is_value(size, 1):
+            continue
+        if not same_size(stride, expected):
+            return False
+        expected = expected * size
+    return True
 
 
 def _placeholder_count(gm: torch.fx.GraphModule) -> int:

@@ -209,3 +209,22 @@ def test_backward_template_inputs_are_mapped(case):
     assert device.runtime_stats()["kernel_launches"] > 0
     assert device.runtime_stats()["host_fallback_ops"] == 0
     assert device.runtime_stats()["memory_plans"] == 2  # each graph planned once
+
+
+def test_an_input_of_dynamic_size_is_mapped_at_every_size():
+    """A contiguous input over dynamic sizes is mapped too (its strides are provably C
+    order for every size): each call maps its rows in place, whatever their count."""
+    device = simaccel.get_device()
+    compiled = torch.compile(row_reductions, backend="simaccel", dynamic=True)
+    mapped = []
+    with simaccel.configure(host_map_min_bytes=MIN_BYTES):
+        for rows in (32, 40, 57, 40):
+            x = torch.randn(rows, 64)
+            before = device.dma_stats()["h2d.mapped_bytes"]
+            torch.testing.assert_close(compiled(x), row_reductions(x), **REDUCTION_TOL)
+            mapped.append(device.dma_stats()["h2d.mapped_bytes"] - before)
+    assert mapped == [rows * 64 * 4 for rows in (32, 40, 57, 40)]
+    report = simaccel.reports()[-1]
+    assert report.size_symbols and len(report.host_mapped) == 1  # x (after the sizes)
+    assert counters["stats"]["unique_graphs"] == 1
+    assert device.runtime_stats()["host_fallback_ops"] == 0
