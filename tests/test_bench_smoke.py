@@ -226,3 +226,11 @@ def test_table_prints_the_optim_group(capsys):
     out = capsys.readouterr().out
     assert "optim: compiled opt.step" in out and "graphs 1 (recompiles 0, 0 timed)" in out
     assert "/eager same rounds 0.90x" in out
+
+
+def test_a_load_above_the_core_count_is_warned_about():
+    from simaccel.bench.command import load_warning
+    assert load_warning({"load_avg_1m_start": 1.5, "load_avg_1m_end": 1.9, "cpus": 2}) is None
+    warning = load_warning({"load_avg_1m_start": 1.5, "load_avg_1m_end": 3.2, "cpus": 2})
+    assert warning is not None and "3.2" in warning and "2 cores" in warning
+    assert load_warning({"load_avg_1m_start": None, "load_avg_1m_end": None, "cpus": 2}) is None

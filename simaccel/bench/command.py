@@ -23,6 +23,21 @@ def _write_json(data: dict, path: str) -> None:
         f.write("\n")
 
 
+def load_warning(meta: dict) -> str | None:
+    """A warning line when the 1-minute load average exceeded the machine's cores at the
+    start or the end of the run (other work shared the cores, so times are inflated and
+    noisy), else None."""
+    loads = [v for v in (meta.get("load_avg_1m_start"), meta.get("load_avg_1m_end"))
+             if v is not None]
+    cpus = meta.get("cpus")
+    if not loads or not cpus or max(loads) <= cpus:
+        return None
+    return (f"warning: load average {max(loads)} exceeded the {cpus} cores: other processes "
+            f"shared the machine during the run, so absolute times are inflated; compare "
+            f"the ratios (each against a baseline measured in the same run), or re-run on a "
+            f"quiet machine")
+
+
 def run_bench_command(quick: bool = False, backends: Sequence[str] | None = None,
                       scenarios: str | None = None, json_path: str | None = None,
                       plot_path: str | None = None, threads: int | None = None) -> int:
@@ -44,6 +59,9 @@ def run_bench_command(quick: bool = False, backends: Sequence[str] | None = None
     print(f"simaccel bench: {len(result.records)} measurements in {meta['wall_s']:.0f} s, "
           f"torch {meta['torch']}, {meta['cpus']} cpus, {meta['torch_threads']} compute "
           f"threads, load average {meta['load_avg_1m_start']} -> {meta['load_avg_1m_end']}")
+    warning = load_warning(meta)
+    if warning:
+        print(warning)
     print_table(result, sys.stdout)
     try:
         if json_path is not None:
