@@ -187,3 +187,23 @@ def test_demo_command_line_takes_ddp() -> None:
     from simaccel.cli import build_parser
     args = build_parser().parse_args(["demo", "--ddp", "--steps", "3"])
     assert args.ddp and args.steps == 3 and args.trace is None
+
+
+def test_torchrun_runs_the_demo_as_its_ranks(job, tmp_path) -> None:
+    """``torchrun --nproc-per-node 2 -m simaccel.cli demo --ddp``: each process is one of
+    torchrun's ranks (after the job: its kernels are in the shared cache)."""
+    import subprocess
+    import sys
+
+    from simaccel.distributed import free_port
+    trace = tmp_path / "ddp.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--master-port", str(free_port()), "-m", "simaccel.cli", "demo", "--ddp",
+         "--steps", "3", "--trace", str(trace)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("parameters equal eager DDP: True") == 2
+    assert proc.stdout.count("simaccel demo --ddp: 2 ranks") == 1
+    for rank in (0, 1):
+        assert (tmp_path / f"ddp.rank{rank}.json").exists()
