@@ -30,6 +30,7 @@ import importlib.metadata
 import importlib.util
 import logging
 import os
+import re
 import sys
 import threading
 from contextlib import contextmanager
@@ -45,10 +46,13 @@ except ImportError:  # pragma: no cover - not POSIX: processes compile independe
 from simaccel.cachedir import default_cache_dir, ensure_private_dir, write_atomic
 from simaccel.codegen import native
 from simaccel.errors import KernelCompileError
+from simaccel.guards.dynamo import megacache
 
 log = logging.getLogger("simaccel.codegen")
 
 _HASH_CHARS = 24
+#: the file names a Mega-Cache artifact may write: a kernel module or its native object
+_ARTIFACT_NAME = re.compile(rf"sk_([0-9a-f]{{{_HASH_CHARS}}})(\.py|\.[0-9a-f]+\.native)")
 
 
 @dataclass
@@ -98,7 +102,30 @@ class KernelCache:
                 if fn is None:
                     fn, origin = self._load_with_numba(path, source, digest, signature)
             self._loaded[(digest, key)] = fn
+            self._offer(path, key)
             return LoadedKernel(fn, origin, path, digest)
+
+    def _offer(self, path: Path, key: tuple[str, ...]) -> None:
+        """Record the kernel's files for torch's Mega-Cache (``save_cache_artifacts``)."""
+        files = [path, self._native_path(path, key)]
+        for file in files:
+            if file is not None and file.exists():
+                megacache.record("kernel", file.name, file.read_bytes())
+
+    def populate(self, name: str, content: bytes) -> None:
+        """Write a kernel file a Mega-Cache artifact carried (``load_cache_artifacts``):
+        only a kernel module or native object name, and a module only if its content
+        hashes to its name (a native object's header hash is checked when it loads). A
+        refused artifact is skipped with a warning: the kernel compiles when needed."""
+        match = _ARTIFACT_NAME.fullmatch(name)
+        if match is None:
+            log.warning("simaccel: skipping a cache artifact named %r: not a kernel file", name)
+            return
+        if match[2] == ".py" and hashlib.sha256(content).hexdigest()[:_HASH_CHARS] != match[1]:
+            log.warning("simaccel: skipping cache artifact %s: its content does not match its "
+                        "hash (damaged or tampered); the kernel compiles when needed", name)
+            return
+        write_atomic(self.root / name, content)
 
     def _load_with_numba(self, path: Path, source: str, digest: str,
                          signature: tuple) -> tuple[Callable[..., Any], str]:
@@ -250,3 +277,8 @@ def numba_signature(signature: tuple) -> tuple:
         else:
             types.append(getattr(numba.types, arg))
     return tuple(types)
+
+
+#: the process's kernel cache (its directory: ``SIMACCEL_CACHE_DIR``, read at first use)
+DEFAULT_CACHE = KernelCache()
+megacache.add_writer("kernel", DEFAULT_CACHE.populate)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from simaccel.codegen.cache import KernelCache
+from simaccel.codegen.cache import DEFAULT_CACHE, KernelCache
 from simaccel.codegen.dtypes import STORAGE_DTYPES, byte_view, storage_dtype
 from simaccel.codegen.emit import emit_extern, emit_pointwise, emit_reduction
 from simaccel.codegen.graph import LoweredGraph
@@ -38,7 +38,7 @@ from simaccel.runtime.spec import (SIZE_BANK, BufferDecl, HostStep, InputPlan, L
 
 log = logging.getLogger("simaccel.codegen")
 
-_CACHE = KernelCache()
+_CACHE = DEFAULT_CACHE
 
 
 def kernel_cache() -> KernelCache:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import types
 import weakref
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 
 from simaccel.cachedir import default_cache_dir, private_subdir, write_atomic
+from simaccel.guards.dynamo import megacache
 
 log = logging.getLogger("simaccel")
 
@@ -44,6 +46,24 @@ def load(code: types.CodeType) -> dict[str, str]:
     return {} if key in _WRITTEN else dict(entry)
 
 
+def populate(name: str, content: bytes) -> None:
+    """Write an entry a Mega-Cache artifact carried (``load_cache_artifacts``): only an
+    entry file name, and only content that reads as an entry; anything else is skipped
+    with a warning (the re-trace finds the decisions again)."""
+    try:
+        data = json.loads(content.decode("utf-8"))
+    except ValueError:
+        data = None
+    if not _ENTRY_NAME.fullmatch(name) or not isinstance(data, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        log.warning("simaccel: skipping lifting-memory artifact %r: not an entry", name)
+        return
+    write_atomic(_path(name[:-len(".json")]), content)
+
+
+_ENTRY_NAME = re.compile(r"[0-9a-f]{32}\.json")
+
+
 def store(code: types.CodeType, reasons: Mapping[str, str]) -> None:
     """Add ``reasons`` to ``code``'s entry (a failed write is logged: it only costs a later
     process the re-traces)."""
@@ -51,8 +71,10 @@ def store(code: types.CodeType, reasons: Mapping[str, str]) -> None:
     _WRITTEN.add(key)
     path = _path(key)
     merged = {**_read(path), **reasons}
+    content = json.dumps(merged, sort_keys=True).encode()
     try:
-        write_atomic(path, json.dumps(merged, sort_keys=True).encode())
+        write_atomic(path, content)
+        megacache.record("lift", path.name, content)
     except OSError as err:
         log.warning("simaccel: cannot record lifting decisions in %s: %s", path, err)
 
@@ -77,6 +99,9 @@ def _seen(code: types.CodeType) -> tuple[str, dict[str, str]]:
     if found is None:
         key = _key(code)
         found = _SEEN[code] = (key, _read(_path(key)))
+        if found[1]:  # an entry a later process may want too
+            megacache.record("lift", f"{key}.json",
+                             json.dumps(found[1], sort_keys=True).encode())
     return found
 
 
@@ -105,3 +130,6 @@ def _fingerprint(code: types.CodeType, digest: Any) -> None:
 def _path(key: str) -> Path:
     """The entry's file in ``lift/`` of the cache directory (both private to the user)."""
     return private_subdir(default_cache_dir(), "lift") / f"{key}.json"
+
+
+megacache.add_writer("lift", populate)

@@ -25,6 +25,7 @@ Modules, by concern:
 * :mod:`.values`: module-state tensors, size hints, leaving fake-tensor mode.
 * :mod:`.aot`: AOTAutograd: its entry point, decomposition tables, whether its runtime
   wrapper is needed, what a backward graph's inputs are in the forward graph.
+* :mod:`.megacache`: simaccel's artifact type in torch's Mega-Cache.
 * :mod:`.ddp`: the DDP module whose forward is compiling, the DDPOptimizer split index.
 * :mod:`.shapes`: the guards size decisions add to the frame's shape env.
 * :mod:`.logs`: the ``simaccel`` log in torch's logging system.
@@ -44,6 +45,7 @@ from simaccel.guards.dynamo.frame import (
     graph_inputs, in_resume_frame, resolve_source, value_guard_sites,
 )
 from simaccel.guards.dynamo.ddp import active_ddp_module, ddp_split_index
+from simaccel.guards.dynamo import megacache
 from simaccel.guards.dynamo.errors import errors_reach_user
 from simaccel.guards.dynamo.failures import graph_end, involved_sources
 from simaccel.guards.dynamo.guard_text import readable_guards, symbol_predicates
@@ -68,7 +70,7 @@ __all__ = [
     "current_compile_id", "ddp_split_index", "decompositions_for", "errors_reach_user", "eval_frame_expression", "frame_slot",
     "frame_value", "graph_end", "graph_inputs", "guard_symint_range", "involved_sources", "has_static_address",
     "in_resume_frame", "inspect_lifted", "install_frame_expression", "install_lambda_guard",
-    "is_module_state", "pending_retrace", "readable_guards", "register_torch_logs",
+    "is_module_state", "megacache", "pending_retrace", "readable_guards", "register_torch_logs",
     "remember_unliftable", "request_retrace", "resolve_source", "runtime_wrapper_needed",
     "scalar_inputs", "shape_guard_count", "shape_guards_since", "size_hint", "symbol_predicates", "unliftable", "unset_fake_temporarily",
     "value_guard_sites",

@@ -71,6 +71,8 @@ REQUIRED_INTERNALS: tuple[tuple[str, str], ...] = (
     ("torch.nn.parallel", "DistributedDataParallel._get_active_ddp_module"),
     ("torch._dynamo.backends.distributed", "DDPOptimizerContext"),
     ("torch._dynamo.utils", "counters"),
+    ("torch.compiler._cache", "CacheArtifactFactory._artifact_types"),
+    ("torch.compiler._cache", "CacheArtifactManager.record_artifact"),
 )
 
 #: the fields of AOTAutograd's graph metadata :func:`.aot.runtime_wrapper_needed` reads

@@ -1,0 +1,59 @@
+"""simaccel in torch's Mega-Cache: ``torch.compiler.save_cache_artifacts()`` carries the
+kernels a process used; a new process on empty caches that loads them compiles none."""
+from __future__ import annotations
+
+import hashlib
+import logging
+import textwrap
+
+from simaccel.codegen.cache import DEFAULT_CACHE
+from simaccel.guards.dynamo.megacache import SimaccelCacheArtifact
+from tests.codegen.child import run_child_program
+
+MODEL = """\
+    import json, sys, torch, simaccel
+    torch.manual_seed(0)
+    x = torch.randn(8, 32)
+    m = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.GELU(), torch.nn.LayerNorm(32))
+    f = torch.compile(m, backend="simaccel")
+    out = f(x)
+    torch.testing.assert_close(out, m(x), rtol=1e-5, atol=1e-5)
+    out.sum().backward()
+"""
+SAVE = textwrap.dedent(MODEL + """\
+    blob, info = torch.compiler.save_cache_artifacts()
+    open({path!r}, "wb").write(blob)
+    print(json.dumps({{"artifacts": len(info.artifacts["simaccel"]),
+                      **simaccel.get_device().runtime_stats()}}))
+""")
+LOAD = textwrap.dedent("""\
+    import json, torch, simaccel
+    info = torch.compiler.load_cache_artifacts(open({path!r}, "rb").read())
+""") + textwrap.dedent(MODEL + """\
+    print(json.dumps(simaccel.get_device().runtime_stats()))
+""")
+
+
+def test_artifacts_round_trip_into_empty_caches(tmp_path):
+    blob = tmp_path / "artifacts.bin"
+    first = run_child_program(SAVE.format(path=str(blob)), tmp_path / "a",
+                              NUMBA_CACHE_DIR=str(tmp_path / "numba-a"))
+    assert first["kernels_compiled"] > 0 and first["artifacts"] >= first["kernels_compiled"]
+    second = run_child_program(LOAD.format(path=str(blob)), tmp_path / "b",
+                               NUMBA_CACHE_DIR=str(tmp_path / "numba-b"))
+    assert second["kernels_compiled"] == 0
+    assert second["kernel_cache_hits"] == first["kernels_compiled"]
+    assert second["kernel_launches"] == first["kernel_launches"] > 0
+
+
+def test_a_damaged_or_foreign_artifact_is_skipped_with_a_warning(caplog):
+    root = DEFAULT_CACHE.root
+    digest = hashlib.sha256(b"print('original')\n").hexdigest()[:24]
+    cases = [f"kernel/sk_{digest}.py", "kernel/../../escape.py", "lift/not-an-entry.json",
+             "unknown/file"]
+    with caplog.at_level(logging.WARNING, logger="simaccel"):
+        for key in cases:
+            SimaccelCacheArtifact(key, b"print('tampered')\n").populate_cache()
+    assert not (root / f"sk_{digest}.py").exists()
+    assert not (root.parent / "escape.py").exists()
+    assert len([r for r in caplog.records if "skipping" in r.getMessage()]) == len(cases)
