@@ -45,7 +45,7 @@ def _record(backend: str, runs: list[Any], warmup: int) -> Record:
     first = runs[0]
     steps = len(first.step_s)
     collective = first.device.get("collective.d2h.bytes", 0)
-    return Record("ddp", SCENARIO, backend, max(medians), len(first.step_s) - warmup, {
+    return Record("ddp", SCENARIO, backend, max(medians), steps - warmup, {
         "rank_medians_s": medians, "graphs": first.unique_graphs[-1],
         "collective_bytes_per_step": collective / steps if collective else None,
         "hidden_fraction": first.overlap.get("hidden_fraction") if collective else None,

@@ -102,15 +102,10 @@ class KernelCache:
                 if fn is None:
                     fn, origin = self._load_with_numba(path, source, digest, signature)
             self._loaded[(digest, key)] = fn
-            self._offer(path, key)
+            # for torch's Mega-Cache (save_cache_artifacts); the native object is recorded
+            # where its bytes are at hand (loaded or exported)
+            megacache.record("kernel", path.name, source.encode())
             return LoadedKernel(fn, origin, path, digest)
-
-    def _offer(self, path: Path, key: tuple[str, ...]) -> None:
-        """Record the kernel's files for torch's Mega-Cache (``save_cache_artifacts``)."""
-        files = [path, self._native_path(path, key)]
-        for file in files:
-            if file is not None and file.exists():
-                megacache.record("kernel", file.name, file.read_bytes())
 
     def populate(self, name: str, content: bytes) -> None:
         """Write a kernel file a Mega-Cache artifact carried (``load_cache_artifacts``):
@@ -158,7 +153,8 @@ class KernelCache:
         if native_path is None or not native_path.exists():
             return None
         try:
-            fn = native.load_object(native_path.read_bytes(), key)
+            blob = native_path.read_bytes()
+            fn = native.load_object(blob, key)
         except Exception as exc:  # unreadable, or LLVM refused it: numba rebuilds it
             log.debug("native kernel %s failed to load: %s", native_path.name, exc)
             fn = None
@@ -166,6 +162,8 @@ class KernelCache:
             log.warning("native kernel %s is damaged or does not fit this process; "
                         "removing it and compiling with numba", native_path.name)
             native_path.unlink(missing_ok=True)
+        else:
+            megacache.record("kernel", native_path.name, blob)
         return fn
 
     def _save_native(self, path: Path, key: tuple[str, ...], dispatcher: Any,
@@ -184,6 +182,7 @@ class KernelCache:
             return
         if blob is not None:
             write_atomic(native_path, blob)
+            megacache.record("kernel", native_path.name, blob)
 
     def _write_verified(self, path: Path, source: str, digest: str, force: bool = False) -> None:
         if not force and path.exists():

@@ -118,11 +118,9 @@ LIBRARY_CONV_DTYPES = ("float32", "float64")
 def _library_conv(ctx: GraphLowering, groups: Any) -> bool:
     """Whether the convolution being lowered runs as a library call (see the module doc)."""
     node = ctx.current
-    values = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
-    tensors = [v for v in values if isinstance(v, torch.Tensor)]
-    flat = [t for v in values if isinstance(v, (list, tuple)) for t in v
-            if isinstance(t, torch.Tensor)]
-    tensors += flat
+    values = [node.meta.get("val"), *(a.meta.get("val") for a in node.all_input_nodes)]
+    tensors = [t for v in values for t in (v if isinstance(v, (list, tuple)) else [v])
+               if isinstance(t, torch.Tensor)]
     return (isinstance(groups, int) and groups > 1 and bool(tensors)
             and all(storage_name(t.dtype) in LIBRARY_CONV_DTYPES for t in tensors)
             and not any(is_symbolic(d) for t in tensors for d in (*t.shape, *t.stride())))

@@ -54,8 +54,7 @@ def populate(name: str, content: bytes) -> None:
         data = json.loads(content.decode("utf-8"))
     except ValueError:
         data = None
-    if not _ENTRY_NAME.fullmatch(name) or not isinstance(data, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+    if not _ENTRY_NAME.fullmatch(name) or not _is_entry(data):
         log.warning("simaccel: skipping lifting-memory artifact %r: not an entry", name)
         return
     write_atomic(_path(name[:-len(".json")]), content)
@@ -79,6 +78,12 @@ def store(code: types.CodeType, reasons: Mapping[str, str]) -> None:
         log.warning("simaccel: cannot record lifting decisions in %s: %s", path, err)
 
 
+def _is_entry(data: Any) -> bool:
+    """True for what an entry file holds: {source: reason}, all strings."""
+    return isinstance(data, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data.items())
+
+
 def _read(path: Path) -> dict[str, str]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -87,8 +92,7 @@ def _read(path: Path) -> dict[str, str]:
     except (OSError, ValueError) as err:
         log.warning("simaccel: ignoring unreadable lifting memory %s: %s", path, err)
         return {}
-    if not isinstance(data, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+    if not _is_entry(data):
         log.warning("simaccel: ignoring malformed lifting memory %s", path)
         return {}
     return data

@@ -75,7 +75,6 @@ class Program:
         #: per step: the size bank slot of each size its kernel reads (see LaunchStep)
         self._slots = [tuple(self._symbol_names.index(name) for name in step.size_slots)
                        if isinstance(step, LaunchStep) else () for step in spec.steps]
-
         self._finalizer = weakref.finalize(self, self._state.free)
         device.register_program(self)
 
@@ -208,10 +207,7 @@ class Program:
         if not self._lock.acquire(blocking=False):
             return 0
         try:
-            state = self._state
-            blocks = [state.block, state.workspace, *state.input_blocks.values()]
-            freed = sum(b.size for b in blocks if b is not None)
-            state.free()
+            freed = self._state.free()
             self._bound.clear()
             self._generation = -1
             return freed

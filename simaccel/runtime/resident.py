@@ -37,12 +37,14 @@ class ResidentState:
     #: buffer -> content key of the resident input uploaded into it
     keys: dict[str, Any] = field(default_factory=dict)
 
-    def free(self) -> None:
-        """Give every block back to the allocator it came from and forget the views."""
+    def free(self) -> int:
+        """Give every block back to the allocator it came from and forget the views;
+        returns the bytes the blocks held."""
         allocator = self.allocator
-        blocks = [self.block, self.workspace, *self.input_blocks.values()]
+        blocks = [b for b in (self.block, self.workspace, *self.input_blocks.values())
+                  if b is not None]
         for block in blocks:
-            if block is not None and allocator is not None:
+            if allocator is not None:
                 try:
                     allocator.free(block)
                 except Exception:  # the allocator was replaced by a reconfigure: nothing to free
@@ -51,6 +53,7 @@ class ResidentState:
         self.input_blocks.clear()
         self.views.clear()
         self.keys.clear()
+        return sum(b.size for b in blocks)
 
 
 @dataclass
