@@ -12,6 +12,7 @@ from simaccel.codegen.dtypes import (BANK_TORCH_DTYPES, NUMPY_TORCH_DTYPES, PLAI
 from simaccel.codegen.ir import contiguous_strides
 from simaccel.codegen.size_args import runtime_size, runtime_sizes
 from simaccel.codegen.sizes import is_symbolic
+from simaccel.errors import SimAccelError
 from simaccel.guards import dynamo
 from simaccel.runtime.layout import MAX_LAYOUTS
 from simaccel.runtime.device import get_device
@@ -43,6 +44,8 @@ class CompiledGraph:
         self.report = report
         #: argument indices fed to the constant bank (lifted scalars, 0-d inputs)
         self._scalar_indices = frozenset(program.bank_inputs)
+        #: argument indices of the inputs the program writes back (input mutations)
+        self._writebacks = program.spec.writebacks
 
     def __call__(self, args: list[Any]) -> list[Any]:
         keys = {i: _content_key(args[i]) for i in self.resident} if self.resident else None
@@ -51,8 +54,10 @@ class CompiledGraph:
         specs, scalars = self._outputs.at(layout.sizes)
         outputs = [None if spec is None else torch.empty_strided(spec[0], spec[1], dtype=spec[2])
                    for spec in specs]
-        self.program.run(host_args, [None if o is None else _numpy_view(o) for o in outputs],
-                         keys, data_ptrs, layout)
+        hosts = [None if o is None else _numpy_view(o) for o in outputs]
+        if self._writebacks:
+            hosts += [_writeback_view(args[i], host_args[i]) for i in self._writebacks]
+        self.program.run(host_args, hosts, keys, data_ptrs, layout)
         for index, value in self.host_outputs.items():
             outputs[index] = value(args) if callable(value) else scalars.get(index, value)
         args.clear()
@@ -187,6 +192,22 @@ def _dense_strides(shape: list[int], stride: list[int]) -> bool:
             return False
         expected *= n
     return True
+
+
+def _writeback_view(t: torch.Tensor, host: Any) -> np.ndarray:
+    """A writable numpy view of the caller's tensor ``t`` (its own memory, its strides),
+    which the program copies an input mutation's new value into: ``host``, its host
+    array, where that is a view of ``t`` (a tensor input's is, unless conj/neg bits made
+    it a resolved copy; a 0-d bank input's is a Python number)."""
+    if isinstance(host, np.ndarray) and type(t) is torch.Tensor and not t.is_neg() \
+            and not t.is_conj():
+        return host
+    if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.is_conj() \
+            or t.is_neg():
+        raise SimAccelError(f"simaccel writes a graph's input mutation back into a plain CPU "
+                            f"tensor, got {type(t).__name__} "
+                            f"{getattr(t, 'device', '')}; pass CPU tensors")
+    return _numpy_view(t.detach())
 
 
 def _numpy_view(t: torch.Tensor) -> np.ndarray:

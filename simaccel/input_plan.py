@@ -95,9 +95,13 @@ def bank_dtypes(facts: Sequence[InputFacts]) -> dict[int, str]:
 def plan_inputs(lowered: LoweredGraph, facts: Sequence[InputFacts], example_inputs: list[Any],
                 alignment: int, host_map_min_bytes: int) -> tuple[InputPlan, ...]:
     """The :class:`InputPlan` of every graph input of ``lowered`` (constants excluded),
-    decided once: scalars go to the constant bank; resident facts stay resident; every
-    other tensor is copied, or host-mapped where :func:`place_mapped_inputs` allows."""
+    decided once: scalars go to the constant bank; resident facts stay resident unless
+    the graph writes the input back; every other tensor is copied, or host-mapped where
+    :func:`place_mapped_inputs` allows."""
     plans = []
+    # an input the call writes back changes on every call: keeping it resident would
+    # upload it again each time (its version moves), so it is copied like any input
+    written = {index for index, _ in lowered.writebacks}
     for spec in lowered.inputs:
         if spec.index < 0:  # a graph constant (get_attr): uploaded once with the program
             continue
@@ -105,7 +109,8 @@ def plan_inputs(lowered: LoweredGraph, facts: Sequence[InputFacts], example_inpu
         if spec.scalar:
             placement, aligned = Placement.BANK, None
         else:
-            placement = Placement.RESIDENT if fact.resident else Placement.COPIED
+            placement = Placement.RESIDENT if fact.resident and spec.index not in written \
+                else Placement.COPIED
             aligned = fact.aligned
         plans.append(InputPlan(spec.index, spec.buffer, placement,
                                storage_dtype(lowered.buffers[spec.buffer].dtype), aligned,

@@ -12,6 +12,7 @@ The passes, in order (each a named function, as in numba's pipelines):
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -33,6 +34,7 @@ from simaccel.codegen.ir import ExternKernel, LibraryKernel, PointwiseKernel, Re
 from simaccel.codegen.size_args import (evaluate_size, names_of, runtime_size, runtime_sizes,
                                         symbol_sources, with_size_args)
 from simaccel.codegen.values import Realized
+from simaccel.runtime.group import GroupPart, LaunchGroup
 from simaccel.runtime.spec import (SIZE_BANK, BufferDecl, HostStep, InputPlan, LaunchStep,
                                    OutputDecl, ProgramSpec)
 
@@ -94,9 +96,12 @@ def _cost(kernel: Any, lowered: LoweredGraph) -> tuple[float, float]:
     """(flops, bytes) of a kernel for the roofline model."""
     if isinstance(kernel, (ExternKernel, LibraryKernel)):
         return kernel.flops, kernel.bytes_moved
-    numel = kernel.numel
-    itemsize = np.dtype(storage_dtype(lowered.buffers[kernel.out.buffer].dtype)).itemsize
-    return numel, numel * itemsize * 2
+    parts = kernel.parts if isinstance(kernel, PointwiseKernel) else [kernel]
+    flops = nbytes = 0
+    for part in parts:
+        itemsize = np.dtype(storage_dtype(lowered.buffers[part.out.buffer].dtype)).itemsize
+        flops, nbytes = flops + part.numel, nbytes + part.numel * itemsize * 2
+    return flops, nbytes
 
 
 def library_step(kernel: LibraryKernel, lowered: LoweredGraph) -> tuple[LaunchStep, KernelInfo]:
@@ -136,6 +141,25 @@ def jit_kernel(kernel: Any, lowered: LoweredGraph, device: Any) -> tuple[LaunchS
     step = _launch_step(kernel, loaded.fn, buffers, params, lowered, tuple(size_symbols))
     kind = type(kernel).__name__.replace("Kernel", "").lower()
     return step, KernelInfo(kernel.name, kind, loaded.origin, str(loaded.path), elapsed)
+
+
+def _own_parts(kernel: PointwiseKernel) -> list[PointwiseKernel]:
+    """The parts of a fused pointwise launch, each a kernel of its own."""
+    return [dataclasses.replace(kernel, siblings=[]), *kernel.siblings]
+
+
+def group_step(kernel: PointwiseKernel, parts: list[LaunchStep],
+               lowered: LoweredGraph) -> LaunchStep:
+    """One launch of the compiled ``parts`` of a fused pointwise kernel, in order
+    (:class:`~simaccel.runtime.group.LaunchGroup`): their arguments concatenated, their
+    declared reads and writes united, their roofline costs summed."""
+    group = LaunchGroup([GroupPart(p.fn, len(p.buffers), len(p.params), len(p.size_slots))
+                         for p in parts])
+    flops, nbytes = _cost(kernel, lowered)
+    return LaunchStep(kernel.name, group, tuple(b for p in parts for b in p.buffers),
+                      tuple(q for p in parts for q in p.params), runtime_size(flops),
+                      runtime_size(nbytes), kernel.reads, kernel.writes,
+                      tuple(s for p in parts for s in p.size_slots))
 
 
 def host_step(op: HostOp) -> HostStep:
@@ -213,23 +237,32 @@ def assemble(lowered: LoweredGraph, inputs: tuple[InputPlan, ...], device: Any, 
             continue
         if isinstance(item, LibraryKernel):
             step, info = library_step(item, lowered)
+            infos.append(info)
+        elif isinstance(item, PointwiseKernel) and item.siblings:
+            parts = [jit_kernel(part, lowered, device) for part in _own_parts(item)]
+            step = group_step(item, [p for p, _ in parts], lowered)
+            infos += [info for _, info in parts]
         else:
             step, info = jit_kernel(item, lowered, device)
+            infos.append(info)
         steps.append(step)
-        infos.append(info)
     buffers = {n: BufferDecl(n, storage_dtype(b.dtype), runtime_size(b.numel), b.kind)
                for n, b in lowered.buffers.items()}
     constants = {n: _host_array(t) for n, t in lowered.constants.items()}
+    # input write-backs ride after the graph's outputs: read back the same way, into the
+    # caller's tensors (``spec.writebacks``)
+    written = [value for _, value in lowered.writebacks]
     outputs = tuple(OutputDecl(o.layout.buffer, runtime_sizes(o.shape),
                                runtime_sizes(o.layout.strides), runtime_size(o.layout.offset),
                                storage_dtype(o.dtype)) if isinstance(o, Realized) else None
-                    for o in lowered.outputs)
+                    for o in [*lowered.outputs, *written])
     symbols, traced = symbol_sources(lowered.inputs, _size_names(buffers, steps, outputs))
     bounds = size_bounds or {}
     plan_sizes = tuple(max(bounds.get(src.symbol, n), n) for src, n in zip(symbols, traced)) \
         if bounds else ()
     spec = ProgramSpec(name, buffers, tuple(steps), inputs, constants, outputs,
-                       int(device.config.alignment), symbols, traced, plan_sizes)
+                       int(device.config.alignment), symbols, traced, plan_sizes,
+                       tuple(index for index, _ in lowered.writebacks))
     return CompileResult(spec, infos)
 
 

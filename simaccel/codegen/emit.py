@@ -174,7 +174,11 @@ def _kernel_module(args: list[str], parallel: bool,
 
 
 def emit_pointwise(k: PointwiseKernel) -> tuple[str, list[str]]:
-    """Module source and argument buffer names of a pointwise (or scatter) kernel."""
+    """Module source and argument buffer names of a pointwise (or scatter) kernel (one
+    part: fused siblings are kernels of their own, launched together, see
+    :func:`simaccel.codegen.compile.assemble`)."""
+    if k.siblings:
+        raise ValueError(f"{k.name}: emit each part of a fused launch on its own")
     args = kernel_args(k.out.buffer, [k.body, *k.store_index_exprs])
     scatter = bool(k.store_offset)
     parallel = hint(k.numel) >= PARALLEL_THRESHOLD and len(k.shape) > 0 and not scatter

@@ -1,4 +1,4 @@
-"""Horizontal fusion of sibling reductions.
+"""Horizontal fusion: sibling reductions, and pointwise kernels run as one launch.
 
 ``x.sum(-1), x.amax(-1), x.mean(-1)`` lower to three reduction kernels that each read
 all of ``x``. Reductions over the same loop nest (same output iteration space, same
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simaccel.codegen.ir import ReductionKernel, StructuralKeys
+from simaccel.codegen.ir import PointwiseKernel, ReductionKernel, StructuralKeys
 
 #: reductions whose combine step is branch-free: fusing them keeps the loop vectorisable.
 #: (argmax/argmin/any/all branch per element and stay alone.)
@@ -70,3 +70,61 @@ def _fusable_host(step: Any) -> bool:
 
 def _op_label(step: ReductionKernel) -> str:
     return step.name.split("_", 2)[-1]  # "reduce_<n>_<op>" (graph.kernel_name)
+
+
+# --------------------------------------------------------------------------- pointwise
+
+#: most parts one fused pointwise launch runs (bounds its source, compile time and
+#: argument count: numba's entry takes every buffer)
+MAX_POINTWISE_PARTS = 32
+#: most buffers one fused pointwise launch takes
+MAX_POINTWISE_BUFFERS = 96
+
+
+def fuse_pointwise_launches(steps: list[Any]) -> list[Any]:
+    """``steps`` with each pointwise kernel folded into the pointwise launch before it,
+    where it can join it: a launch then runs its parts' loop nests in turn.
+
+    A torch.optim step lowers to a few small kernels per parameter (the bias
+    corrections, the moments, the update), each a launch of its own; launching costs
+    more than their loops. A part runs after the earlier parts of its launch, so it may
+    read what they write; it may not write what they read or write (a rerun of the
+    launch must give the same result), and it moves up past the steps in between only
+    if they neither write what it reads nor touch what it writes."""
+    fused: list[Any] = []
+    for step in steps:
+        host = _pointwise_host(fused, step) if _joins_pointwise(step) else None
+        if host is None:
+            fused.append(step)
+        else:
+            host.siblings.append(step)
+    for step in fused:
+        if isinstance(step, PointwiseKernel) and step.siblings:
+            step.name = f"{step.name}_fused{len(step.parts)}"
+    return fused
+
+
+def _joins_pointwise(step: Any) -> bool:
+    """A plain pointwise kernel (a scatter's serial loop stays a launch of its own)."""
+    return isinstance(step, PointwiseKernel) and not step.store_offset \
+        and not step.accumulate and step.iter_shape is None and not step.siblings
+
+
+def _pointwise_host(earlier: list[Any], step: PointwiseKernel) -> PointwiseKernel | None:
+    """The launch of ``earlier`` that ``step`` joins (the nearest it can reach), or None."""
+    reads, writes = step.reads, step.writes
+    for candidate in reversed(earlier):
+        touched = candidate.reads | candidate.writes
+        if _joins_pointwise_host(candidate) and not writes & touched:
+            if len(candidate.parts) < MAX_POINTWISE_PARTS and \
+                    len(touched | reads | writes) <= MAX_POINTWISE_BUFFERS:
+                return candidate
+            return None
+        if candidate.writes & reads or touched & writes:
+            return None  # step cannot move above candidate
+    return None
+
+
+def _joins_pointwise_host(step: Any) -> bool:
+    return isinstance(step, PointwiseKernel) and not step.store_offset \
+        and not step.accumulate and step.iter_shape is None

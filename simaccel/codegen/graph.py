@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from simaccel.codegen.dtypes import DEVICE_DTYPES, HALF_DTYPES, storage_name, torch_to_np_dtype
-from simaccel.codegen.fusion import fuse_sibling_reductions
+from simaccel.codegen.fusion import fuse_pointwise_launches, fuse_sibling_reductions
 from simaccel.codegen.hostop import HostOp
 from simaccel.codegen.ir import (ExternKernel, Kernel, Layout, PointwiseKernel, ReductionKernel,
                                  contiguous_strides, count_ops)
@@ -28,6 +28,7 @@ from simaccel.codegen.values import Lazy, Realized, TensorValue, cast
 from simaccel.errors import UnsupportedOpError
 
 log = logging.getLogger("simaccel.codegen")
+aten = torch.ops.aten
 
 #: a lazy value whose element costs more scalar ops than this is realized when it
 #: has several users, instead of being recomputed in each of them.
@@ -70,6 +71,10 @@ class LoweredGraph:
     output_meta: list[Any]
     fallbacks: list[tuple[str, str]] = field(default_factory=list)
     constants: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: input mutations the graph keeps (AOTAutograd's ``copy_(input, value)``): per
+    #: mutated input, its argument index and its new value (contiguous, the input's
+    #: shape and dtype), written back into the caller's tensor at the end of a call
+    writebacks: list[tuple[int, Realized]] = field(default_factory=list)
 
 
 class GraphLowering:
@@ -88,6 +93,9 @@ class GraphLowering:
         self.fallbacks: list[tuple[str, str]] = []
         self.current: torch.fx.Node | None = None
         self.constants: dict[str, torch.Tensor] = {}  # get_attr tensors by buffer
+        #: argument index of each tensor placeholder node
+        self.placeholder_index: dict[torch.fx.Node, int] = {}
+        self.writebacks: dict[int, Realized] = {}
 
     # ------------------------------------------------------------------ buffers
 
@@ -172,6 +180,7 @@ class GraphLowering:
             self.current = node
             if node.op == "placeholder":
                 self.env[node] = self._placeholder(node, placeholders, example_inputs)
+                self.placeholder_index[node] = placeholders
                 placeholders += 1
             elif node.op == "call_function":
                 self.env[node] = self._call(node)
@@ -182,9 +191,9 @@ class GraphLowering:
         self.current = None
         metas = [self.meta(v) if isinstance(v, torch.fx.Node) else v
                  for v in _flat_outputs(next(iter(reversed(self.gm.graph.nodes))).args[0])]
-        self.steps = fuse_sibling_reductions(self.steps)
+        self.steps = fuse_pointwise_launches(fuse_sibling_reductions(self.steps))
         return LoweredGraph(self.buffers, self.steps, self.inputs, outputs, metas, self.fallbacks,
-                            self.constants)
+                            self.constants, sorted(self.writebacks.items(), key=lambda kv: kv[0]))
 
     def _placeholder(self, node: torch.fx.Node, index: int, example_inputs: list[Any]) -> Any:
         val = self.meta(node)
@@ -240,6 +249,8 @@ class GraphLowering:
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
         if node.target is operator.getitem:
             return args[0][args[1]]
+        if _mutates_input(node):
+            return self._input_mutation(node, args, kwargs)
         symbolic = _symbolic_int(self.meta(node))
         if symbolic is not None:
             return symbolic  # size arithmetic (sym_size, operator.mul...): no kernel
@@ -253,6 +264,35 @@ class GraphLowering:
             except Unsupported as exc:
                 reason = str(exc)
         return self._host(node, args, kwargs, reason)
+
+    def _input_mutation(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Realized:
+        """``copy_(input, value)``, the input mutation AOTAutograd keeps in the graph
+        (``keep_inference_input_mutations``): the value is computed into a buffer of the
+        input's shape and dtype and written back into the caller's tensor after the
+        call's last kernel (no output, no copy by AOTAutograd's epilogue). Later reads
+        of the input in the graph see the new value. Any other op mutating a graph
+        input (``set_``, ``resize_``) has no device form: a host copy cannot mutate
+        the caller's tensor, so it is an error, never a silent fallback."""
+        dst_node = node.args[0]
+        if node.target is not aten.copy_.default:
+            raise UnsupportedOpError(str(node.target), "it mutates a graph input in a way "
+                                     "the device cannot write back (only copy_ can); "
+                                     "compile without it or use another backend")
+        dst, value = args[0], args[1]
+        if not (isinstance(value, Realized) and value.dtype == dst.dtype):
+            value = LOWERINGS[aten.copy.default](self, dst, value, **kwargs)
+        if tuple(value.shape) != tuple(dst.shape):
+            value = LOWERINGS[aten.expand.default](self, value, list(dst.shape))
+        if isinstance(value, Realized) and value.is_contiguous() and value.dtype == dst.dtype \
+                and self.buffers[value.layout.buffer].kind == "temp" \
+                and is_value(value.layout.offset, 0):
+            new = value  # computed into a buffer of its own already: written back from there
+        else:
+            new = self.new_tensor(dst.shape, dst.dtype)
+            self.realize_into(value, new)  # the store converts to the input's dtype
+        self.writebacks[self.placeholder_index[dst_node]] = new
+        self.env[dst_node] = new
+        return new
 
     def _maybe_realize(self, node: torch.fx.Node, result: Any) -> Any:
         if isinstance(result, Lazy) and len(node.users) > 1:
@@ -286,6 +326,18 @@ class GraphLowering:
             raise UnsupportedOpError(str(self.current.target),
                                      f"its result dtype {meta.dtype} has no device layout")
         return self.new_tensor(shape_of(meta.shape), dtype)
+
+
+def _mutates_input(node: torch.fx.Node) -> bool:
+    """True if ``node`` is an ATen op writing into one of the graph's placeholders."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not schema.is_mutable:
+        return False
+    for arg, value in zip(schema.arguments, node.args):
+        writes = arg.alias_info is not None and arg.alias_info.is_write
+        if writes and isinstance(value, torch.fx.Node) and value.op == "placeholder":
+            return True
+    return False
 
 
 def _used_results(node: torch.fx.Node, count: int) -> set[int]:

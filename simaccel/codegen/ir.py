@@ -210,8 +210,16 @@ class PointwiseKernel:
     store_index_exprs: tuple[Expr, ...] = ()
     accumulate: bool = False
     iter_shape: tuple[int, ...] | None = None  # scatter kernels loop over their source
+    #: pointwise kernels fused horizontally after this one (:mod:`simaccel.codegen.fusion`):
+    #: one launch runs every part's loop nest in program order
+    siblings: list["PointwiseKernel"] = field(default_factory=list)
 
     on_device: ClassVar[bool] = True
+
+    @property
+    def parts(self) -> list["PointwiseKernel"]:
+        """This kernel and its fused siblings, in program order."""
+        return [self, *self.siblings]
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -219,16 +227,22 @@ class PointwiseKernel:
 
     @property
     def reads(self) -> frozenset[str]:
-        """Buffers the body and store indices load (and the output when accumulating)."""
-        reads = buffers_read([self.body, *self.store_index_exprs])
-        return frozenset([*reads, self.out.buffer] if self.accumulate else reads)
+        """Buffers the bodies and store indices load (and the output when accumulating);
+        a sibling's read of an earlier part's output counts too (it reads device memory)."""
+        reads: set[str] = set()
+        for part in self.parts:
+            reads.update(buffers_read([part.body, *part.store_index_exprs]))
+            if part.accumulate:
+                reads.add(part.out.buffer)
+        return frozenset(reads)
 
     @property
     def writes(self) -> frozenset[str]:
-        return frozenset((self.out.buffer,))
+        return frozenset(part.out.buffer for part in self.parts)
 
     @property
     def numel(self) -> int:
+        """Elements of this part's iteration space (siblings have their own)."""
         return prod(self.shape)
 
 

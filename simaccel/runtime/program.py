@@ -15,7 +15,6 @@ This module knows nothing of torch: buffers are numpy arrays over device memory.
 """
 from __future__ import annotations
 
-import functools
 import threading
 import time
 import weakref
@@ -27,6 +26,7 @@ from simaccel.dma import Descriptor
 from simaccel.errors import SimAccelError
 from simaccel.runtime.constbank import ConstantBank
 from simaccel.runtime.device import Device
+from simaccel.runtime.group import bind_launch
 from simaccel.runtime.hostmap import check_mapped, mapped_steps
 from simaccel.runtime.memory import Block
 from simaccel.runtime.layout import MAX_LAYOUTS, Layouts, SizedLayout, output_view
@@ -160,7 +160,7 @@ class Program:
             bound = self._bind_workspace(self._workspace(layout.plan.total_bytes), layout)
             ready = max(ready, self._upload(bound, args, data_ptrs))
             end = self._launch_all(bound, ready)
-            self._download(bound, host_outputs, end)
+            self._download(bound, host_outputs, end, data_ptrs)
         device.count_call(self._launches_per_call, self._kernel_wall_ns)
 
     def _workspace(self, nbytes: int) -> Block:
@@ -235,7 +235,7 @@ class Program:
             addresses[name] = base + off
         mapped = {k for k, _ in self._mapped_steps}
         launches = [_unbound if k in mapped else
-                    _bind(step.fn, self._launch_args(k, [views[b] for b in step.buffers],
+                    bind_launch(step.fn, self._launch_args(k, [views[b] for b in step.buffers],
                                                      layout),
                           [addresses.get(b) for b in step.buffers])
                     if isinstance(step, LaunchStep) else None
@@ -299,7 +299,7 @@ class Program:
             # kernels take flat arrays: a view of the (checked C-contiguous) host array
             hosts = {self._streamed[p].buffer: srcs[p].reshape(-1) for p in positions}
             step = self.spec.steps[k]
-            bound.launches[k] = _bind(step.fn, self._launch_args(
+            bound.launches[k] = bind_launch(step.fn, self._launch_args(
                 k, [hosts[b] if b in hosts else bound.views[b] for b in step.buffers],
                 bound.layout))
             bound.mapped_keys[k] = key
@@ -393,16 +393,30 @@ class Program:
         self.device.count("host_fallback_ops")
         return end
 
-    def _download(self, bound: BoundWorkspace, host_outputs: list[Any], ready_ns: float) -> None:
-        srcs, dsts, labels = [], [], []
+    def _download(self, bound: BoundWorkspace, host_outputs: list[Any], ready_ns: float,
+                  data_ptrs: list[int] | None) -> None:
+        """DMA every tensor output (and input write-back) device to host in one submit;
+        a write-back goes into the caller's tensor, staged when its address is not
+        aligned (the outputs simaccel allocates always are). ``data_ptrs``: as for
+        :meth:`run` (0 where the caller did not know an address)."""
+        srcs, dsts, labels, staged = [], [], [], []
+        writebacks = self.spec.writebacks
+        first_writeback = len(self.spec.outputs) - len(writebacks)
+        alignment = self.spec.alignment
         for k, src, label in bound.output_copies:
             host = host_outputs[k]
             if host is not None and host.size:
                 srcs.append(src)
                 dsts.append(host)
                 labels.append(label)
+                if k >= first_writeback:
+                    address = data_ptrs[writebacks[k - first_writeback]] if data_ptrs else 0
+                    staged.append((address or _address(host)) % alignment != 0)
+                else:
+                    staged.append(False)
         if srcs:
-            self.device.dma.copy_many("d2h", srcs, dsts, labels, not_before_ns=ready_ns)
+            self.device.dma.copy_many("d2h", srcs, dsts, labels, not_before_ns=ready_ns,
+                                      staged=staged if writebacks and any(staged) else None)
 
 
 def _check_alignment(spec: ProgramSpec, device: Device) -> None:
@@ -415,18 +429,6 @@ def _check_alignment(spec: ProgramSpec, device: Device) -> None:
             f"again so its device-config guard recompiles it, or restore the config")
 
 
-def _bind(fn: Callable[..., Any], args: list[Any],
-          addresses: list[int | None] | None = None) -> Callable[[], Any]:
-    """``fn`` launched on ``args`` as a zero-argument call, made once per workspace and
-    size tuple (the views never change while it is cached); a kernel that can pre-convert
-    its arguments (a native object: C pointers) does so in its ``bind``, given the data
-    ``addresses`` (bytes) of the array arguments the caller knows."""
-    bind = getattr(fn, "bind", None)
-    if bind is None:
-        return functools.partial(fn, *args)
-    return bind(*args, addresses=addresses) if addresses is not None else bind(*args)
-
-
 def _unbound() -> None:
     raise SimAccelError("a kernel reading a host-mapped input was launched before it was "
                         "bound to the host arrays (please report this)")
@@ -436,6 +438,11 @@ def _data_ptr(index: int, host: np.ndarray, data_ptrs: list[int] | None) -> int:
     """Address of argument ``index``'s first element (bytes): the caller's, when it passed
     them (cheap for torch tensors), else numpy's."""
     return data_ptrs[index] if data_ptrs is not None else host.__array_interface__["data"][0]
+
+
+def _address(array: np.ndarray) -> int:
+    """Data address of ``array``'s first element (bytes)."""
+    return array.__array_interface__["data"][0]
 
 
 def _align(value: int, alignment: int) -> int:

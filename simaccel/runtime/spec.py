@@ -159,6 +159,9 @@ class ProgramSpec:
     #: static-shape mode: the sizes memory is planned for (each symbol's bucket upper
     #: bound), used for every call whose buffers fit; empty: plan per size tuple
     plan_sizes: tuple[int, ...] = ()
+    #: the graph's input mutations: the last ``len(writebacks)`` outputs are the new
+    #: values of these inputs (argument indices), copied back into the caller's tensors
+    writebacks: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for plan in self.inputs:

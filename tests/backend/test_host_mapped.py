@@ -94,8 +94,8 @@ def test_template_kernel_inputs_are_mapped(case):
 
 def test_same_tensor_binds_once_and_new_tensors_rebind(monkeypatch):
     binds: list[Any] = []
-    real_bind = program_module._bind
-    monkeypatch.setattr(program_module, "_bind",
+    real_bind = program_module.bind_launch
+    monkeypatch.setattr(program_module, "bind_launch",
                         lambda fn, args: binds.append(fn) or real_bind(fn, args))
     with simaccel.configure(host_map_min_bytes=MIN_BYTES):
         x = torch.randn(*SHAPE)

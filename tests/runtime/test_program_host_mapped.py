@@ -125,8 +125,8 @@ def test_inputs_that_are_copied_as_before(case):
 def test_the_same_host_array_binds_once_and_a_new_one_rebinds(monkeypatch):
     program = Program(make_device(), make_spec([reading_x()]))
     binds = []
-    real_bind = program_module._bind
-    monkeypatch.setattr(program_module, "_bind",
+    real_bind = program_module.bind_launch
+    monkeypatch.setattr(program_module, "bind_launch",
                         lambda fn, args: binds.append(fn) or real_bind(fn, args))
     x = aligned_array(np.ones(N, np.float32))
     for _ in range(3):

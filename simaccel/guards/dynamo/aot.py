@@ -25,12 +25,19 @@ def aot_module_simplified(gm: torch.fx.GraphModule, example_inputs: list[Any],
     backends use), with the scalar arguments simaccel lowers itself kept symbolic by the
     tensorify pass (:mod:`.tensorify`).
 
+    Input mutations stay in the graph as ``copy_(input, value)``
+    (``keep_inference_input_mutations``, as inductor asks): the program writes the new
+    value into the caller's tensor itself, instead of returning it for the runtime
+    wrapper's epilogue to copy (an output allocation and a host copy per mutated input
+    per call).
+
     Counted in ``counters["aot_autograd"]["total"]`` as torch's ``aot_autograd`` backend
     helper counts it: DDPOptimizer reads that counter to know AOTAutograd compiled a
     split, and only then makes the split's first call at compile time, on fake tensors
     (otherwise the fake outputs AOTAutograd prepared reach the user's first real call)."""
     from torch._dynamo.utils import counters
     counters["aot_autograd"]["total"] += 1
+    kwargs.setdefault("keep_inference_input_mutations", True)
     with symbolic_scalar_arguments():
         return aot_autograd.aot_module_simplified(gm, example_inputs, **kwargs)
 

@@ -1,0 +1,80 @@
+"""Several kernels launched as one device command, and how any kernel is bound to its
+arguments.
+
+A torch.optim step lowers to a handful of small kernels per parameter; on the device
+each launch costs more host time (the launch itself, the scheduling, the trace span)
+than its loop. A :class:`LaunchGroup` is what a device's command list or CUDA graph is:
+its kernels, each compiled (and cached) on its own, run in program order from one
+launch, scheduled as one compute item. It takes the concatenation of its parts'
+arguments (buffers, then launch parameters, then size-bank slots), as one kernel would.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class GroupPart:
+    """One kernel of a group: ``fn`` and how many buffers, launch parameters and size
+    slots of the group's arguments are its own."""
+
+    fn: Callable[..., Any]
+    buffers: int
+    params: int
+    slots: int
+
+
+class LaunchGroup:
+    """Kernels run in order by one launch: ``fn(*buffers, *params, *slots)`` where each
+    list is the concatenation of the parts' own, in part order."""
+
+    def __init__(self, parts: Sequence[GroupPart]):
+        self.parts = tuple(parts)
+
+    def __call__(self, *args: Any) -> None:
+        for call in self._calls(args, None):
+            call()
+
+    def bind(self, *args: Any, addresses: Sequence[int | None] | None = None
+             ) -> Callable[[], None]:
+        """A zero-argument launch of every part on ``args`` (``addresses``: the data
+        address of each buffer argument, as for one kernel)."""
+        calls = tuple(self._calls(args, addresses))
+
+        def launch() -> None:
+            for call in calls:
+                call()
+        return launch
+
+    def _calls(self, args: Sequence[Any], addresses: Sequence[int | None] | None
+               ) -> list[Callable[[], Any]]:
+        """Each part bound to its slice of ``args``."""
+        n_buffers = sum(p.buffers for p in self.parts)
+        n_params = sum(p.params for p in self.parts)
+        buffers, params, slots = (args[:n_buffers], args[n_buffers:n_buffers + n_params],
+                                  args[n_buffers + n_params:])
+        calls = []
+        b = q = s = 0
+        for part in self.parts:
+            own = [*buffers[b:b + part.buffers], *params[q:q + part.params],
+                   *slots[s:s + part.slots]]
+            own_addresses = None if addresses is None else list(addresses[b:b + part.buffers])
+            calls.append(bind_launch(part.fn, own, own_addresses))
+            b, q, s = b + part.buffers, q + part.params, s + part.slots
+        return calls
+
+
+def bind_launch(fn: Callable[..., Any], args: list[Any],
+                addresses: list[int | None] | None = None) -> Callable[[], Any]:
+    """``fn`` launched on ``args`` as a zero-argument call, made once per workspace and
+    size tuple (the views never change while it is cached); a kernel that can pre-convert
+    its arguments (a native object: C pointers; a group: its parts) does so in its
+    ``bind``, given the data ``addresses`` (bytes) of the array arguments the caller
+    knows."""
+    bind = getattr(fn, "bind", None)
+    if bind is None:
+        return functools.partial(fn, *args)
+    return bind(*args, addresses=addresses) if addresses is not None else bind(*args)
