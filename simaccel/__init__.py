@@ -13,14 +13,15 @@ from simaccel.guards.dynamo import register_torch_logs
 from simaccel.report import CompileReport, clear_reports, reports
 from simaccel.runtime.config import DeviceConfig
 from simaccel.runtime.device import Device, configure, get_device
+from simaccel.timers import compile_times
 
 __version__ = "0.1.0"
 
 # The "simaccel" log answers to TORCH_LOGS / torch._logging.set_logs like torch's own.
 register_torch_logs()
 
-__all__ = ["CompileReport", "Device", "DeviceConfig", "Guard", "clear_reports", "configure",
-           "errors", "explain", "get_device", "reports"]
+__all__ = ["CompileReport", "Device", "DeviceConfig", "Guard", "clear_reports", "compile_times",
+           "configure", "errors", "explain", "get_device", "reports"]
 
 
 def explain(fn, *args, **kwargs) -> list[CompileReport]:

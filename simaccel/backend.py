@@ -31,6 +31,7 @@ from simaccel.options import Options, parse_options
 from simaccel.report import CompileReport, add_report
 from simaccel.runtime.device import get_device
 from simaccel.runtime.program import Program
+from simaccel.timers import PhaseTimer
 
 log = logging.getLogger("simaccel")
 aten = torch.ops.aten
@@ -86,13 +87,22 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
     unbacked = data_dependent_symbols(gm)
     if unbacked:
         return _host_graph(gm, name, options, unbacked, guard_report)
+    timer = PhaseTimer()
     # AOTAutograd calls us under its FakeTensorMode; graph constants are real tensors.
     with unset_fake_temporarily():
-        lowered = GraphLowering(gm, options.fallback, bank_dtypes(facts)).run(list(example_inputs))
-        inputs = plan_inputs(lowered, facts, example_inputs, config.alignment,
-                             config.host_map_min_bytes)
+        with timer.phase("lower"):
+            lowered = GraphLowering(gm, options.fallback,
+                                    bank_dtypes(facts)).run(list(example_inputs))
+        with timer.phase("plan inputs"):
+            inputs = plan_inputs(lowered, facts, example_inputs, config.alignment,
+                                 config.host_map_min_bytes)
+        assemble_start = time.perf_counter()
         result = assemble(lowered, inputs, device, name, size_bounds)
-    program = Program(device, result.spec)
+        kernels_ms = sum(k.compile_ms for k in result.kernels)
+        timer.add("kernels", kernels_ms)
+        timer.add("assemble", (time.perf_counter() - assemble_start) * 1e3 - kernels_ms)
+    with timer.phase("load"):
+        program = Program(device, result.spec)
     device.count("graphs_compiled")
     plan = program.plan
     report = CompileReport(
@@ -101,6 +111,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
                      "lower_bound_bytes": plan.lower_bound_bytes,
                      "naive_bytes": plan.naive_bytes},
         guards=guard_report, compile_ms=(time.perf_counter() - start) * 1e3,
+        phases_ms=timer.ms,
         ops=sum(1 for n in gm.graph.nodes if n.op == "call_function"),
         host_mapped=[(index, buf, program.traced_bytes(buf))
                      for index, buf in sorted(program.host_mapped.items())],

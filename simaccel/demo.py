@@ -127,7 +127,8 @@ def _first_call() -> dict[str, float | int]:
     seconds = time.perf_counter() - start
     stats = simaccel.get_device().runtime_stats()
     return {"first_call_s": seconds, "kernels_compiled": stats["kernels_compiled"],
-            "kernel_cache_hits": stats["kernel_cache_hits"]}
+            "kernel_cache_hits": stats["kernel_cache_hits"],
+            "phases_s": simaccel.compile_times()}
 
 
 def first_call_in_child(cache_dir: str) -> dict[str, float | int]:
@@ -148,6 +149,8 @@ def _print_first_calls(cache_dir: str) -> None:
         print(f"  {label} {run['first_call_s']:6.2f} s  ({what}: {run['kernels_compiled']} "
               f"kernels compiled by numba, {run['kernel_cache_hits']} loaded from disk)",
               flush=True)
+        print("       phases: " + ", ".join(f"{name} {sec:.2f} s"
+                                           for name, sec in run["phases_s"].items()))
     print("  cold compiles every kernel with numba; warm loads their machine code from the "
           "cache (as the runs below do)\n")
 

@@ -36,6 +36,9 @@ class CompileReport:
     #: under DistributedDataParallel: the DDPOptimizer split this graph is and where its
     #: gradient buckets are all-reduced (:func:`simaccel.backend.ddp_note`)
     ddp: str = ""
+    #: milliseconds of each of simaccel's compile phases for this graph
+    #: (:data:`simaccel.timers.GRAPH_PHASES`; ``kernels``: numba compiles and cache loads)
+    phases_ms: dict[str, float] = field(default_factory=dict)
 
     def __str__(self) -> str:
         return self.render(list_kernels=True)
@@ -48,6 +51,9 @@ class CompileReport:
         lines = [f"simaccel compile report: {self.graph}",
                  f"  aten ops: {self.ops}, kernels: {len(self.kernels)}, "
                  f"compile: {self.compile_ms:.1f} ms"]
+        if self.phases_ms:
+            lines.append("  compile phases: " + ", ".join(
+                f"{name} {ms:.1f} ms" for name, ms in self.phases_ms.items()))
         origins: dict[str, int] = {}
         for k in self.kernels:
             origins[k.origin] = origins.get(k.origin, 0) + 1

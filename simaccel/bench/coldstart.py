@@ -81,6 +81,7 @@ def main(backend: str, lift: str | None = None, workload: str | None = None) -> 
         import simaccel
         result["kernel_cache_hits"] = simaccel.get_device().runtime_stats()["kernel_cache_hits"]
         result["lifted"] = sum(len(r.guards.lifted_sources) for r in simaccel.reports())
+        result["phases_s"] = simaccel.compile_times()
     return result
 
 

@@ -96,6 +96,9 @@ def _extra_cells(rec: Record) -> str:
         cells.append(f"process {fmt_seconds(x['process_s'])}")
     if x.get("lifted") is not None:
         cells.append(f"lifted {x['lifted']}, graphs {x.get('graphs')}")
+    if x.get("phases_s"):
+        cells.append("phases: " + ", ".join(f"{name} {fmt_seconds(s)}"
+                                            for name, s in x["phases_s"].items()))
     return ", ".join(cells)
 
 

@@ -175,7 +175,8 @@ def measure_compile(backend: str, phase: str, cache_root: str) -> Record:
     result = first_call_in_new_process(backend, cache_root)
     return Record("compile", f"{phase}_{COMPILE_WORKLOAD}", backend, result["first_call_s"], 1,
                   {"process_s": result["process_s"], "graphs": result["graphs"],
-                   "simaccel_cache_hits": result.get("kernel_cache_hits")})
+                   "simaccel_cache_hits": result.get("kernel_cache_hits"),
+                   "phases_s": result.get("phases_s")})
 
 
 def measure_lift_compiles(cache_root: str, workload: str = LIFT_WORKLOAD,

@@ -84,6 +84,7 @@ def export_object(llvm_ir: str, kernel_symbol: str, signature: tuple[str, ...]) 
     entry = llvm.parse_assembly(_entry_ir(kernel_symbol, signature))
     entry.triple, entry.data_layout = module.triple, module.data_layout
     module.link_in(entry)
+    _define_unreachable_dtor(module)
     _keep_only_entry(module)
     if any(g.name.startswith("_ZN08NumbaEnv") for g in module.global_variables):
         return None  # needs numba's runtime environment (Python objects)
@@ -132,6 +133,27 @@ def _entry_ir(kernel_symbol: str, signature: tuple[str, ...]) -> str:
             f'  %status = call i32 @"{kernel_symbol}"({", ".join(call)})\n'
             "  ret i32 %status\n"
             "}\n")
+
+
+#: numba's NRT_decref frees a meminfo whose count reaches 0 through this runtime function
+_DTOR = "NRT_MemInfo_call_dtor"
+
+
+def _define_unreachable_dtor(module: Any) -> None:
+    """Give the kernel a no-op ``NRT_MemInfo_call_dtor`` if it references one.
+
+    A kernel that calls a helper which may raise (the scalar ``logf`` behind
+    ``lib.vlog``) keeps numba's incref/decref of its array arguments. The entry passes
+    every array with a null meminfo, and NRT_incref/NRT_decref return at once on null,
+    so the destructor is unreachable; defining it keeps such kernels exportable instead
+    of numba-only (which costs a numba import in every process that loads them)."""
+    import llvmlite.binding as llvm
+
+    if not any(f.name == _DTOR and f.is_declaration for f in module.functions):
+        return
+    stub = llvm.parse_assembly(f"define void @{_DTOR}(ptr %meminfo) {{\n  ret void\n}}\n")
+    stub.triple, stub.data_layout = module.triple, module.data_layout
+    module.link_in(stub)
 
 
 def _keep_only_entry(module: Any) -> None:

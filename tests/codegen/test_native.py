@@ -66,6 +66,45 @@ def test_native_kernel_rebinds_new_arrays_and_checks_them(tmp_path):
         fn(np.zeros(4), np.zeros(4), 4)
 
 
+#: TinyLM's log-softmax epilogue: its calls of the scalar ``logf``/``expf`` behind
+#: ``lib.vlog``/``lib.vexp`` stay calls (they may raise), so numba keeps the incref/decref
+#: of the array arguments, whose destructor the object must not need
+HELPER_SOURCE = textwrap.dedent("""\
+    import numba
+    import numpy as np
+    from simaccel.codegen import kernel_lib as lib
+
+
+    @numba.njit(cache=True, error_model='numpy')
+    def kernel(out, m, s, x):
+        for i0 in range(4):
+            for i1 in range(16):
+                for i2 in range(16):
+                    t0 = x[np.uint64(i0*256 + i1*16 + i2)]
+                    t2 = np.float32(lib.vlog(s[np.uint64(i0*16 + i1)]))
+                    t3 = m[np.uint64(i0*16 + i1)]
+                    t6 = np.float32((np.float32(0.0) if np.abs(t3) == np.inf else t3))
+                    out[np.uint64(i0*256 + i1*16 + i2)] = np.float32(lib.vexp(t0 - (t2 + t6)))
+    """)
+HELPER_SIG = (F32, F32, F32, F32)
+
+
+def test_kernel_keeping_array_refcounts_is_exported(tmp_path):
+    compiled = KernelCache(tmp_path).load(HELPER_SOURCE, HELPER_SIG)
+    assert compiled.origin == "compiled" and len(_native_files(tmp_path)) == 1
+    again = KernelCache(tmp_path).load(HELPER_SOURCE, HELPER_SIG)
+    assert isinstance(again.fn, native.NativeKernel)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(1024).astype(np.float32)
+    m, s = rng.standard_normal(64).astype(np.float32), rng.random(64).astype(np.float32) + 1
+    ours, reference = np.zeros_like(x), np.zeros_like(x)
+    again.fn(ours, m, s, x)
+    compiled.fn(reference, m, s, x)
+    np.testing.assert_array_equal(ours, reference)
+    expected = np.exp(x.reshape(64, 16) - (np.log(s) + m)[:, None]).reshape(-1)
+    np.testing.assert_allclose(ours, expected, rtol=1e-5)
+
+
 def test_parallel_kernel_stays_with_numba(tmp_path):
     KernelCache(tmp_path).load(PARALLEL_SOURCE, SIG)
     assert _native_files(tmp_path) == []

@@ -38,7 +38,7 @@ trace slot for one trace (OutputGraph), an unliftable source for the process (un
 """
 from simaccel.guards.dynamo.aot import (
     aot_module_simplified, backward_input_origins, core_aten_decomposition_table,
-    decompositions_for, runtime_wrapper_needed,
+    decompositions_for, frame_compile_seconds, runtime_wrapper_needed,
 )
 from simaccel.guards.dynamo.frame import (
     VALUE_GUARDS, current_compile_id, eval_frame_expression, frame_slot, frame_value,
@@ -65,7 +65,7 @@ from simaccel.guards.dynamo.version import SUPPORTED_TORCH_VERSION, assert_suppo
 
 __all__ = [
     "SIMACCEL_GUARD", "SIMACCEL_SHAPE_ENV", "SUPPORTED_TORCH_VERSION", "VALUE_GUARDS",
-    "active_ddp_module", "aot_module_simplified", "assert_supported_torch", "backward_input_origins",
+    "active_ddp_module", "aot_module_simplified", "frame_compile_seconds", "assert_supported_torch", "backward_input_origins",
     "changed_sources", "core_aten_decomposition_table",
     "current_compile_id", "ddp_split_index", "decompositions_for", "errors_reach_user", "eval_frame_expression", "frame_slot",
     "frame_value", "graph_end", "graph_inputs", "guard_symint_range", "involved_sources", "has_static_address",

@@ -144,3 +144,19 @@ def backward_input_origins(forward: torch.fx.GraphModule, backward: torch.fx.Gra
         else:
             origins.append(("unknown", -1))
     return origins
+
+
+#: Dynamo's own compile timers (``dynamo_timed`` keys in ``compilation_time_metrics``,
+#: torch 2.13) reported as simaccel's frame-level compile phases
+FRAME_TIMERS = {"bytecode_tracing": "dynamo trace",
+                "create_aot_dispatcher_function": "aot_autograd",
+                "build_guards": "build guards"}
+
+
+def frame_compile_seconds() -> dict[str, list[float]]:
+    """Seconds of Dynamo's frame-level compile phases in this process (each
+    measurement; cleared by ``torch._dynamo.reset()``), named as
+    :func:`simaccel.timers.compile_times` reports them."""
+    from torch._dynamo.utils import compilation_time_metrics
+    return {name: list(compilation_time_metrics.get(key, ()))
+            for key, name in FRAME_TIMERS.items()}

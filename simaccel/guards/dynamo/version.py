@@ -71,6 +71,7 @@ REQUIRED_INTERNALS: tuple[tuple[str, str], ...] = (
     ("torch.nn.parallel", "DistributedDataParallel._get_active_ddp_module"),
     ("torch._dynamo.backends.distributed", "DDPOptimizerContext"),
     ("torch._dynamo.utils", "counters"),
+    ("torch._dynamo.utils", "compilation_time_metrics"),
     ("torch.compiler._cache", "CacheArtifactFactory._artifact_types"),
     ("torch.compiler._cache", "CacheArtifactManager.record_artifact"),
 )
