@@ -79,6 +79,9 @@ def _op_label(step: ReductionKernel) -> str:
 MAX_POINTWISE_PARTS = 32
 #: most buffers one fused pointwise launch takes
 MAX_POINTWISE_BUFFERS = 96
+#: most steps a pointwise kernel moves up to join a launch: moving it up makes its output
+#: live longer, so a far move could raise a large graph's peak memory
+MAX_POINTWISE_MOVE = 4
 
 
 def fuse_pointwise_launches(steps: list[Any]) -> list[Any]:
@@ -90,7 +93,8 @@ def fuse_pointwise_launches(steps: list[Any]) -> list[Any]:
     more than their loops. A part runs after the earlier parts of its launch, so it may
     read what they write; it may not write what they read or write (a rerun of the
     launch must give the same result), and it moves up past the steps in between only
-    if they neither write what it reads nor touch what it writes."""
+    if they neither write what it reads nor touch what it writes, and at most
+    :data:`MAX_POINTWISE_MOVE` steps."""
     fused: list[Any] = []
     for step in steps:
         host = _pointwise_host(fused, step) if _joins_pointwise(step) else None
@@ -113,7 +117,7 @@ def _joins_pointwise(step: Any) -> bool:
 def _pointwise_host(earlier: list[Any], step: PointwiseKernel) -> PointwiseKernel | None:
     """The launch of ``earlier`` that ``step`` joins (the nearest it can reach), or None."""
     reads, writes = step.reads, step.writes
-    for candidate in reversed(earlier):
+    for candidate in reversed(earlier[-MAX_POINTWISE_MOVE:]):
         touched = candidate.reads | candidate.writes
         if _joins_pointwise_host(candidate) and not writes & touched:
             if len(candidate.parts) < MAX_POINTWISE_PARTS and \
