@@ -98,7 +98,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
                                  config.host_map_min_bytes)
         assemble_start = time.perf_counter()
         result = assemble(lowered, inputs, device, name, size_bounds)
-        kernels_ms = sum(k.compile_ms for k in result.kernels)
+        kernels_ms = sum(k.compile_ms for k in result.kernels) + result.pool_ms
         timer.add("kernels", kernels_ms)
         timer.add("assemble", (time.perf_counter() - assemble_start) * 1e3 - kernels_ms)
     with timer.phase("load"):

@@ -49,6 +49,9 @@ def _private_caches() -> tuple[pathlib.Path, bool]:
     os.environ[_SESSION_ROOT] = str(root)
     os.environ["SIMACCEL_CACHE_DIR"] = str(root / "kernels")
     os.environ["NUMBA_CACHE_DIR"] = str(root / "numba")
+    # xdist's workers keep both cores busy: compile serially (the compile pool's own
+    # tests turn it on)
+    os.environ.setdefault("SIMACCEL_COMPILE_WORKERS", "0")
     if "numba" in sys.modules:  # imported by a plugin first: make it read the variable
         sys.modules["numba"].config.reload_config()
     set_hypothesis_home_dir(root / f"hypothesis-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")

@@ -107,6 +107,21 @@ class KernelCache:
             megacache.record("kernel", path.name, source.encode())
             return LoadedKernel(fn, origin, path, digest)
 
+    def has(self, source: str, signature: tuple) -> bool:
+        """True if :meth:`load` would find the kernel without compiling it: loaded in
+        this process, its native object on disk, or numba's index of its module (a quick
+        look, no verification: a damaged entry still recompiles in :meth:`load`)."""
+        digest = hashlib.sha256(source.encode()).hexdigest()[:_HASH_CHARS]
+        key = tuple(str(t) for t in signature)
+        if (digest, key) in self._loaded:
+            return True
+        path = self.root / f"sk_{digest}.py"
+        native_path = self._native_path(path, key)
+        if native_path is not None and native_path.exists():
+            return True
+        return path.exists() and any(any(d.glob(f"{path.stem}.*.nbi"))
+                                     for d in numba_cache_dirs(path))
+
     def populate(self, name: str, content: bytes) -> None:
         """Write a kernel file a Mega-Cache artifact carried (``load_cache_artifacts``):
         only a kernel module or native object name, and a module only if its content

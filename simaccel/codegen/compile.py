@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from simaccel.codegen import compile_pool
 from simaccel.codegen.cache import DEFAULT_CACHE, KernelCache
 from simaccel.codegen.dtypes import STORAGE_DTYPES, byte_view, storage_dtype
 from simaccel.codegen.emit import emit_extern, emit_pointwise, emit_reduction
@@ -62,6 +63,8 @@ class KernelInfo:
 class CompileResult:
     spec: ProgramSpec
     kernels: list[KernelInfo] = field(default_factory=list)
+    #: milliseconds waiting for the compile workers (:mod:`.compile_pool`)
+    pool_ms: float = 0.0
 
 
 def _array_type(dtype: str) -> str:
@@ -121,7 +124,21 @@ def _launch_step(kernel: Any, fn: Any, buffers: list[str], params: list[Any],
                       size_slots)
 
 
-def jit_kernel(kernel: Any, lowered: LoweredGraph, device: Any) -> tuple[LaunchStep, KernelInfo]:
+@dataclass
+class PreparedKernel:
+    """A kernel's emitted source and what its launch takes: the numba signature (type
+    names), the buffers (with the size bank last when it reads dynamic sizes), the launch
+    parameters and the size symbols it reads from the bank."""
+
+    kernel: Any
+    source: str
+    signature: tuple[str, ...]
+    buffers: list[str]
+    params: list[Any]
+    size_symbols: list[str]
+
+
+def prepare_kernel(kernel: Any, lowered: LoweredGraph) -> PreparedKernel:
     source, buffers, params = _emit(kernel)
     source, size_symbols = with_size_args(source, len(buffers))
     signature = tuple(_array_type(lowered.buffers[b].dtype) for b in buffers)
@@ -129,18 +146,43 @@ def jit_kernel(kernel: Any, lowered: LoweredGraph, device: Any) -> tuple[LaunchS
         buffers = [*buffers, SIZE_BANK]
         signature += ("array(int64, 1d, C)",)
     signature += tuple("int64" for _ in (*params, *size_symbols))
+    return PreparedKernel(kernel, source, signature, buffers, params, list(size_symbols))
+
+
+def jit_kernel(kernel: Any, lowered: LoweredGraph, device: Any,
+               prepared: PreparedKernel | None = None,
+               pool_compiled: frozenset[str] = frozenset()) -> tuple[LaunchStep, KernelInfo]:
+    """Compile (or load) one kernel and make its launch step; ``pool_compiled``: the
+    sources a compile worker compiled for this graph (loaded here from the cache, counted
+    as compiled, origin "pool")."""
+    p = prepared or prepare_kernel(kernel, lowered)
     start = time.perf_counter()
-    loaded = _CACHE.load(source, signature)
+    loaded = _CACHE.load(p.source, p.signature)
     elapsed = (time.perf_counter() - start) * 1e3
-    counter = {"compiled": "kernels_compiled", "disk": "kernel_cache_hits",
-               "memory": "kernel_memory_hits"}[loaded.origin]
+    origin = "pool" if loaded.origin == "disk" and p.source in pool_compiled else loaded.origin
+    counter = {"compiled": "kernels_compiled", "pool": "kernels_compiled",
+               "disk": "kernel_cache_hits", "memory": "kernel_memory_hits"}[origin]
     device.count(counter)
     if os.environ.get("SIMACCEL_DEBUG") == "1":
-        log.info("kernel %s (%s, %.1f ms): %s\n%s", kernel.name, loaded.origin, elapsed,
-                 loaded.path, source)
-    step = _launch_step(kernel, loaded.fn, buffers, params, lowered, tuple(size_symbols))
+        log.info("kernel %s (%s, %.1f ms): %s\n%s", kernel.name, origin, elapsed,
+                 loaded.path, p.source)
+    step = _launch_step(kernel, loaded.fn, p.buffers, p.params, lowered,
+                        tuple(p.size_symbols))
     kind = type(kernel).__name__.replace("Kernel", "").lower()
-    return step, KernelInfo(kernel.name, kind, loaded.origin, str(loaded.path), elapsed)
+    return step, KernelInfo(kernel.name, kind, origin, str(loaded.path), elapsed)
+
+
+def _compile_in_pool(kernels: list[Any], lowered: LoweredGraph) -> tuple[
+        dict[int, PreparedKernel], frozenset[str]]:
+    """Every kernel's prepared form (by ``id``), after the ones missing from the cache
+    compiled in the worker pool (:mod:`simaccel.codegen.compile_pool`); and the sources
+    the workers compiled."""
+    prepared = {id(k): prepare_kernel(k, lowered) for k in kernels}
+    missing = {p.source: p.signature for p in prepared.values()
+               if not _CACHE.has(p.source, p.signature)}
+    compiled = compile_pool.precompile(_CACHE.root, list(missing.items())) if missing \
+        else set()
+    return prepared, frozenset(compiled)
 
 
 def _own_parts(kernel: PointwiseKernel) -> list[PointwiseKernel]:
@@ -231,6 +273,15 @@ def assemble(lowered: LoweredGraph, inputs: tuple[InputPlan, ...], device: Any, 
     the size each symbol's memory is planned for (static-shape mode), by name."""
     steps: list[LaunchStep | HostStep] = []
     infos: list[KernelInfo] = []
+    parts = {id(item): _own_parts(item) if isinstance(item, PointwiseKernel) else [item]
+             for item in lowered.steps if not isinstance(item, (HostOp, LibraryKernel))}
+    pool_start = time.perf_counter()
+    prepared, pooled = _compile_in_pool([k for ks in parts.values() for k in ks], lowered)
+    pool_ms = (time.perf_counter() - pool_start) * 1e3 if pooled else 0.0
+
+    def jit(kernel: Any) -> tuple[LaunchStep, KernelInfo]:
+        return jit_kernel(kernel, lowered, device, prepared[id(kernel)], pooled)
+
     for item in lowered.steps:
         if isinstance(item, HostOp):
             steps.append(host_step(item))
@@ -238,12 +289,12 @@ def assemble(lowered: LoweredGraph, inputs: tuple[InputPlan, ...], device: Any, 
         if isinstance(item, LibraryKernel):
             step, info = library_step(item, lowered)
             infos.append(info)
-        elif isinstance(item, PointwiseKernel) and item.siblings:
-            parts = [jit_kernel(part, lowered, device) for part in _own_parts(item)]
-            step = group_step(item, [p for p, _ in parts], lowered)
-            infos += [info for _, info in parts]
+        elif len(parts[id(item)]) > 1:
+            jitted = [jit(part) for part in parts[id(item)]]
+            step = group_step(item, [p for p, _ in jitted], lowered)
+            infos += [info for _, info in jitted]
         else:
-            step, info = jit_kernel(item, lowered, device)
+            step, info = jit(parts[id(item)][0])
             infos.append(info)
         steps.append(step)
     buffers = {n: BufferDecl(n, storage_dtype(b.dtype), runtime_size(b.numel), b.kind)
@@ -263,7 +314,7 @@ def assemble(lowered: LoweredGraph, inputs: tuple[InputPlan, ...], device: Any, 
     spec = ProgramSpec(name, buffers, tuple(steps), inputs, constants, outputs,
                        int(device.config.alignment), symbols, traced, plan_sizes,
                        tuple(index for index, _ in lowered.writebacks))
-    return CompileResult(spec, infos)
+    return CompileResult(spec, infos, pool_ms)
 
 
 def _size_names(buffers: dict[str, BufferDecl], steps: list[Any],

@@ -1,0 +1,118 @@
+"""Parallel kernel compiles: the kernels a graph misses in the cache compile in worker
+processes, which write the cache entries (numba's machine code and the native objects)
+that this process then loads, exactly as it loads a kernel another process compiled.
+
+numba compiles one function at a time per process (its compiler lock), and a cold graph
+spends most of its first call there (``simaccel.compile_times()``: "kernels"). Workers are
+forked from this process (Linux), so they start in milliseconds with simaccel and numba
+already imported; they only compile (no torch, no kernel runs). The results are the same
+files a serial compile writes (the same source, signature and compiler), and the kernel
+cache's per-kernel lock keeps a worker and any other process from compiling one kernel
+twice.
+
+``SIMACCEL_COMPILE_WORKERS`` sets the number of workers (default: the CPU count, at most
+4; ``0`` or ``1``: compile serially in this process). A graph with fewer than
+:data:`MIN_JOBS` misses compiles serially: a fork and a round trip cost more than they
+save. A worker that fails or dies is reported in the log and its kernels compile in this
+process (where a real compile error then raises as usual).
+"""
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import logging
+import multiprocessing
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+log = logging.getLogger("simaccel.codegen")
+
+#: fewest cache misses in one graph worth sending to the workers
+MIN_JOBS = 3
+#: most workers by default (a compile is single-threaded; more rarely pays on a laptop)
+DEFAULT_MAX_WORKERS = 4
+#: seconds to wait for the workers' compiles of one graph before compiling here instead
+TIMEOUT_S = 900.0
+
+_LOCK = threading.Lock()
+_POOL: concurrent.futures.ProcessPoolExecutor | None = None
+_POOL_WORKERS = 0
+
+
+def worker_count() -> int:
+    """Workers to compile with (``SIMACCEL_COMPILE_WORKERS``; 0: serial)."""
+    value = os.environ.get("SIMACCEL_COMPILE_WORKERS")
+    if value is not None and value.strip():
+        try:
+            return max(int(value), 0)
+        except ValueError:
+            log.warning("simaccel: SIMACCEL_COMPILE_WORKERS=%r is not an int; compiling "
+                        "serially", value)
+            return 0
+    return min(os.cpu_count() or 1, DEFAULT_MAX_WORKERS)
+
+
+def precompile(root: Path, jobs: Sequence[tuple[str, tuple[str, ...]]]) -> set[str]:
+    """Compile ``jobs`` ((source, signature) of kernels this process does not have) in the
+    workers, writing them into the cache at ``root``; returns the sources a worker
+    compiled (the rest compile or load in this process as usual)."""
+    workers = worker_count()
+    if workers < 2 or len(jobs) < MIN_JOBS or not sys.platform.startswith("linux"):
+        return set()
+    pool = _pool(min(workers, len(jobs)))
+    compiled: set[str] = set()
+    try:
+        futures = {pool.submit(_compile, str(root), source, signature): source
+                   for source, signature in jobs}
+        for future in concurrent.futures.as_completed(futures, timeout=TIMEOUT_S):
+            try:
+                if future.result() == "compiled":
+                    compiled.add(futures[future])
+            except Exception as exc:  # this process compiles it again and raises there
+                log.warning("simaccel: a compile worker failed (%s); compiling that kernel "
+                            "in this process", exc)
+    except (concurrent.futures.TimeoutError, concurrent.futures.process.BrokenProcessPool) \
+            as exc:
+        log.warning("simaccel: the compile workers stopped (%s); compiling the rest of the "
+                    "graph's kernels in this process", type(exc).__name__)
+        shutdown(stuck=True)
+    return compiled
+
+
+def _pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
+    """The process's worker pool (made at the first parallel compile, grown if asked)."""
+    global _POOL, _POOL_WORKERS
+    with _LOCK:
+        if _POOL is None or _POOL_WORKERS < workers:
+            if _POOL is not None:
+                _POOL.shutdown(wait=False, cancel_futures=True)
+            _POOL = concurrent.futures.ProcessPoolExecutor(
+                max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+            _POOL_WORKERS = workers
+        return _POOL
+
+
+def shutdown(stuck: bool = False) -> None:
+    """Stop the workers (they are started again by the next parallel compile); ``stuck``:
+    they timed out or broke, so they are terminated rather than waited for."""
+    global _POOL, _POOL_WORKERS
+    with _LOCK:
+        pool, _POOL, _POOL_WORKERS = _POOL, None, 0
+    if pool is None:
+        return
+    if stuck:  # the executor has no public kill; its worker processes are a dict
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.terminate()
+    pool.shutdown(wait=not stuck, cancel_futures=True)
+
+
+atexit.register(shutdown)  # before interpreter teardown, not in the executor's weakref
+
+
+def _compile(root: str, source: str, signature: tuple[str, ...]) -> str:
+    """In a worker: compile (or find) one kernel in the cache at ``root``; its origin."""
+    from simaccel.codegen.cache import KernelCache
+    return KernelCache(Path(root)).load(source, signature).origin

@@ -1,0 +1,110 @@
+"""Parallel kernel compiles (:mod:`simaccel.codegen.compile_pool`): kernels a graph misses
+compile in forked worker processes that write the cache; this process loads what they
+wrote. The files are the ones a serial compile writes, a graph compiled this way equals
+eager and counts its kernels as compiled, and a failing worker job leaves the kernel to
+this process (where its error raises as usual)."""
+from __future__ import annotations
+
+import logging
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import simaccel
+from simaccel.codegen import compile_pool
+from simaccel.codegen.cache import KernelCache
+from simaccel.errors import KernelCompileError
+
+from tests.conftest import POINTWISE_TOL
+
+F32 = "array(float32, 1d, C)"
+SIG = (F32, F32, "int64")
+
+
+def _source(k: int) -> str:
+    return textwrap.dedent(f"""\
+        import numba
+        import numpy as np
+
+
+        @numba.njit(cache=True, error_model='numpy')
+        def kernel(out, a, n):
+            for i in range(n):
+                out[i] = np.float32(np.sin(a[i]) * np.float32({k + 0.5}))
+        """)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in root.glob("sk_*") if p.suffix != ".lock"}
+
+
+def test_workers_write_what_a_serial_compile_writes(tmp_path, monkeypatch):
+    monkeypatch.setenv("SIMACCEL_COMPILE_WORKERS", "2")
+    jobs = [(_source(k), SIG) for k in range(3)]
+    pooled, serial = tmp_path / "pool", tmp_path / "serial"
+    compiled = compile_pool.precompile(KernelCache(pooled).root, jobs)
+    assert compiled == {source for source, _ in jobs}
+    for source, sig in jobs:
+        KernelCache(serial).load(source, sig)
+    # the same files: modules byte for byte; machine code differing only in the symbol
+    # suffixes numba numbers per process, so compared by what it computes
+    ours, theirs = _files(pooled), _files(serial)
+    assert ours.keys() == theirs.keys()
+    assert {n: b for n, b in ours.items() if n.endswith(".py")} == \
+        {n: b for n, b in theirs.items() if n.endswith(".py")}
+    a = np.linspace(-1, 1, 9, dtype=np.float32)
+    for k, (source, sig) in enumerate(jobs):
+        assert KernelCache(pooled).has(source, sig)
+        outs = []
+        for root in (pooled, serial):
+            loaded = KernelCache(root).load(source, sig)
+            assert loaded.origin == "disk"
+            outs.append(np.zeros_like(a))
+            loaded.fn(outs[-1], a, a.size)
+        np.testing.assert_array_equal(outs[0], outs[1])
+        np.testing.assert_allclose(outs[0], np.sin(a) * np.float32(k + 0.5), rtol=1e-6)
+
+
+def test_a_failing_job_is_left_to_this_process(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("SIMACCEL_COMPILE_WORKERS", "2")
+    broken = _source(0).replace("np.sin(a[i])", "np.sin(a[i], 1, 2, 3)")
+    jobs = [(broken, SIG), (_source(1), SIG), (_source(2), SIG)]
+    with caplog.at_level(logging.WARNING, logger="simaccel.codegen"):
+        compiled = compile_pool.precompile(KernelCache(tmp_path).root, jobs)
+    assert compiled == {_source(1), _source(2)}
+    assert "compile worker failed" in caplog.text
+    with pytest.raises(KernelCompileError):
+        KernelCache(tmp_path).load(broken, SIG)
+
+
+def test_serial_when_asked_or_when_too_few_kernels(tmp_path, monkeypatch):
+    jobs = [(_source(k), SIG) for k in range(3)]
+    monkeypatch.setenv("SIMACCEL_COMPILE_WORKERS", "0")
+    assert compile_pool.precompile(KernelCache(tmp_path).root, jobs) == set()
+    monkeypatch.setenv("SIMACCEL_COMPILE_WORKERS", "2")
+    assert compile_pool.precompile(KernelCache(tmp_path).root, jobs[:1]) == set()
+    assert not any(tmp_path.glob("sk_*.py"))  # nothing was compiled
+
+
+def test_a_graph_compiled_by_the_workers_equals_eager(monkeypatch):
+    monkeypatch.setenv("SIMACCEL_COMPILE_WORKERS", "2")
+    scale = float(np.random.default_rng().integers(1 << 20)) + 0.25  # new kernel sources
+
+    def fn(x, y):
+        a = (x * scale).sin().sum(-1)   # three kernels: a reduction, a GEMM epilogue,
+        b = (x @ y).relu() + scale      # a pointwise kernel of another shape
+        return a, b, (y - scale).exp()
+
+    simaccel.clear_reports()
+    x, y = torch.randn(16, 8), torch.randn(8, 4)
+    compiled = torch.compile(fn, backend="simaccel", dynamic=False,
+                             options={"lift": "off"})
+    for got, want in zip(compiled(x, y), fn(x, y)):
+        torch.testing.assert_close(got, want, **POINTWISE_TOL)
+    kernels = [k for r in simaccel.reports() for k in r.kernels if k.kind != "library"]
+    assert len(kernels) >= 3 and all(k.origin == "pool" for k in kernels), kernels
+    stats = simaccel.get_device().runtime_stats()
+    assert stats["kernels_compiled"] == len(kernels) and stats["kernel_launches"] > 0
