@@ -99,6 +99,7 @@ def test_a_graph_compiled_by_the_workers_equals_eager(monkeypatch):
         return a, b, (y - scale).exp()
 
     simaccel.clear_reports()
+    simaccel.get_device().reset_stats()
     x, y = torch.randn(16, 8), torch.randn(8, 4)
     compiled = torch.compile(fn, backend="simaccel", dynamic=False,
                              options={"lift": "off"})
