@@ -199,9 +199,9 @@ def _writeback_view(t: torch.Tensor, host: Any) -> np.ndarray:
     which the program copies an input mutation's new value into: ``host``, its host
     array, where that is a view of ``t`` (a tensor input's is, unless conj/neg bits made
     it a resolved copy; a 0-d bank input's is a Python number)."""
-    if isinstance(host, np.ndarray) and type(t) is torch.Tensor and not t.is_neg() \
+    if isinstance(host, np.ndarray) and isinstance(t, torch.Tensor) and not t.is_neg() \
             and not t.is_conj():
-        return host
+        return host  # a parameter's too: its host array is a view of its detached self
     if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.is_conj() \
             or t.is_neg():
         raise SimAccelError(f"simaccel writes a graph's input mutation back into a plain CPU "

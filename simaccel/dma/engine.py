@@ -199,6 +199,7 @@ class DmaEngine:
         self._next_channel = 0
         self._stats = _zero_stats()
         self._tracks = tracks  # by channel index, then compute (names precomputed: hot path)
+        self._channel_tracks = tracks[:channels]
 
     def descriptor_time_ns(self, nbytes: int) -> float:
         """Simulated time of one descriptor of ``nbytes`` bytes on an idle channel (ns)."""
@@ -271,8 +272,9 @@ class DmaEngine:
                   not_before_ns: float, placed: list | None = None,
                   stats: dict[str, float] | None = None) -> float:
         """The one copy path (the caller holds the lock): check the batch; per pair, move
-        the bytes (or check the mapped read), place it on the next channel and trace it;
-        then count the batch once, into ``stats`` (default: the engine's). A bad pair stops
+        the bytes (or check the mapped read); then place the pairs round-robin on the
+        channels, trace them and count the batch once, into ``stats`` (default: the
+        engine's). A bad pair stops
         the batch: what moved before it is placed, traced and counted. ``placed`` gets
         (channel, start_ns, end_ns, bursts) per pair. Returns the latest end (ns)."""
         try:
@@ -281,43 +283,60 @@ class DmaEngine:
             raise ValueError(f"DMA copy kind must be one of {KINDS}, got {kind!r}") from None
         if mapped is not None and kind != "h2d":
             raise ValueError(f"only h2d reads can be mapped, got kind {kind!r}")
-        channel, end = self._next_channel, not_before_ns
-        # Plain locals and no helper calls beyond the copy, the clock and the trace: this
-        # runs on every graph call, with a handful of pairs.
-        done = nbytes_total = staged_bytes = bursts_total = mapped_bytes = mapped_reads = 0
+        # Two passes, plain locals: move every pair's bytes (or check its mapped read),
+        # then place the batch on the channels and trace it with one call each; this runs
+        # on every graph call, with a few dozen pairs.
+        moved: list[tuple[int, bool, bool, Any]] = []  # (bytes, staged, mapped, strided)
         try:
-            for src in srcs:
-                label = labels[done]
+            for done, src in enumerate(srcs):
                 is_staged = staged is not None and staged[done]
-                is_mapped = mapped is not None and mapped[done]
-                if is_mapped:
-                    nbytes = _mapped_read_bytes(src, is_staged, label)
-                    mapped_bytes, mapped_reads = mapped_bytes + nbytes, mapped_reads + 1
-                else:
-                    dst = dsts[done]
-                    copy_array(src, dst, is_staged, label)
-                    nbytes = dst.nbytes
-                bursts = -(-nbytes // self.burst_bytes)
-                start, stop = self._clock.reserve(
-                    self._tracks[channel], self.latency_ns + nbytes / self.bandwidth_gbps,
-                    not_before_ns)
-                name = kind + " " + label if label else kind
-                self._trace.record_span(
-                    name + " (mapped)" if is_mapped else name, kind, channel, start,
-                    stop - start, (nbytes, kind, bursts, channel, is_staged, None
-                                   if src.flags.c_contiguous else (src.shape, src.strides),
-                                   is_mapped))
-                if placed is not None:
-                    placed.append((channel, start, stop, bursts))
-                channel, end = (channel + 1) % self.channels, stop if stop > end else end
-                done, nbytes_total, bursts_total = (done + 1, nbytes_total + nbytes,
-                                                    bursts_total + bursts)
-                staged_bytes += nbytes if is_staged else 0
-        finally:
-            self._next_channel = channel
-            if done:  # once per batch, not per pair
-                _count(self._stats if stats is None else stats, keys, done, nbytes_total,
-                       bursts_total, staged_bytes, mapped_bytes, mapped_reads)
+                if mapped is not None and mapped[done]:
+                    moved.append((_mapped_read_bytes(src, is_staged, labels[done]), is_staged,
+                                  True, None))
+                    continue
+                dst = dsts[done]
+                copy_array(src, dst, is_staged, labels[done])
+                moved.append((dst.nbytes, is_staged, False, None if src.flags.c_contiguous
+                              else (src.shape, src.strides)))
+        finally:  # what moved before a bad pair is placed, traced and counted
+            end = self._place(kind, keys, labels, moved, not_before_ns, placed, stats)
+        return end
+
+    def _place(self, kind: str, keys: tuple[str, str], labels: Sequence[str],
+               moved: list[tuple[int, bool, bool, Any]], not_before_ns: float,
+               placed: list | None, stats: dict[str, float] | None) -> float:
+        """Place the moved pairs of one batch round-robin over the channels, trace them
+        and count the batch once; returns the latest end (ns)."""
+        if not moved:
+            return not_before_ns
+        latency, bandwidth, burst = self.latency_ns, self.bandwidth_gbps, self.burst_bytes
+        channel = self._next_channel
+        times = self._clock.reserve_round_robin(
+            self._channel_tracks, channel,
+            [latency + m[0] / bandwidth for m in moved], not_before_ns)
+        spans = []
+        end = not_before_ns
+        nbytes_total = staged_bytes = bursts_total = mapped_bytes = mapped_reads = 0
+        for (nbytes, is_staged, is_mapped, strided), label, (start, stop) in zip(
+                moved, labels, times):
+            bursts = -(-nbytes // burst)
+            name = kind + " " + label if label else kind
+            spans.append((name + " (mapped)" if is_mapped else name, kind, channel, start,
+                          stop - start, (nbytes, kind, bursts, channel, is_staged, strided,
+                                         is_mapped)))
+            if placed is not None:
+                placed.append((channel, start, stop, bursts))
+            channel = channel + 1 if channel + 1 < self.channels else 0
+            end = stop if stop > end else end
+            nbytes_total += nbytes
+            bursts_total += bursts
+            staged_bytes += nbytes if is_staged else 0
+            if is_mapped:
+                mapped_bytes, mapped_reads = mapped_bytes + nbytes, mapped_reads + 1
+        self._trace.record_spans(spans)
+        self._next_channel = channel
+        _count(self._stats if stats is None else stats, keys, len(moved), nbytes_total,
+               bursts_total, staged_bytes, mapped_bytes, mapped_reads)
         return end
 
     def schedule_compute(self, name: str, duration_ns: float, not_before_ns: float = 0.0,

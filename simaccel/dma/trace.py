@@ -68,6 +68,11 @@ class TraceRecorder:
         self._events.append((name, cat, tid, start_ns, dur_ns, args))
         self._recorded += 1
 
+    def record_spans(self, spans: list[RawEvent]) -> None:
+        """Append several spans at once (each as :meth:`record_span`'s arguments)."""
+        self._events.extend(spans)
+        self._recorded += len(spans)
+
     def events(self) -> list[TraceEvent]:
         """The retained events, oldest first."""
         return [self._event(raw) for raw in self._events]
