@@ -101,10 +101,17 @@ def _kernel_pair(name: str, quick: bool) -> tuple[Callable, tuple, Callable, Cal
 
 
 def _resized(args: tuple, extra: int) -> tuple:
-    """``args`` with dim 0 of the first tensor grown by ``extra`` rows."""
+    """``args`` with dim 0 grown by ``extra`` rows in the first tensor and in every tensor
+    batched like it (same rank and dim 0: attention's q, k and v grow together; a
+    broadcast operand such as chain8's bias row stays)."""
     first = args[0]
-    grown = torch.randn(first.shape[0] + extra, *first.shape[1:], dtype=first.dtype)
-    return (grown, *args[1:])
+
+    def grow(t):
+        if not (isinstance(t, torch.Tensor) and t.dim() == first.dim()
+                and t.shape[0] == first.shape[0]):
+            return t
+        return torch.randn(t.shape[0] + extra, *t.shape[1:], dtype=t.dtype)
+    return tuple(grow(a) for a in args)
 
 
 def measure_dynamic_vs_static(name: str, cfg: BenchConfig) -> Record:
