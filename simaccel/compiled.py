@@ -52,8 +52,7 @@ class CompiledGraph:
         host_args, data_ptrs = _host_arrays(args, self._scalar_indices)
         layout = self.program.layout_for(host_args)
         specs, scalars = self._outputs.at(layout.sizes)
-        outputs = [None if spec is None else torch.empty_strided(spec[0], spec[1], dtype=spec[2])
-                   for spec in specs]
+        outputs = [None if spec is None else _new_output(*spec) for spec in specs]
         hosts = [None if o is None else _numpy_view(o) for o in outputs]
         if self._writebacks:
             hosts += [_writeback_view(args[i], host_args[i]) for i in self._writebacks]
@@ -154,7 +153,8 @@ class HostOutputs:
         exprs: list[Any] = []
         for m in self._metas:
             if m is not None:
-                exprs += [*runtime_sizes(m.shape), *runtime_sizes(m.stride())]
+                exprs += [*runtime_sizes(m.shape), *runtime_sizes(m.stride()),
+                          runtime_size(m.storage_offset())]
         self._scalar_outputs = [k for k, m in enumerate(metas)
                                 if k in skip and isinstance(m, torch.SymInt) and is_symbolic(m)]
         exprs += [runtime_size(metas[k]) for k in self._scalar_outputs]
@@ -177,10 +177,22 @@ class HostOutputs:
                 continue
             shape = tuple(next(values) for _ in meta.shape)
             stride = tuple(next(values) for _ in meta.shape)
+            offset = next(values)
             if not _dense_strides(list(shape), list(stride)):
                 stride = contiguous_strides(shape)
-            specs.append((shape, stride, meta.dtype))
+            specs.append((shape, stride, meta.dtype, offset))
         return specs, {k: next(values) for k in self._scalar_outputs}
+
+
+def _new_output(shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype,
+                offset: int) -> torch.Tensor:
+    """A host output with eager's layout, its storage offset included: AOTAutograd
+    regenerates an output that aliases an input (``x.add_(1)`` returned, a view of a
+    synthetic base) as a view of that input with this tensor's size, stride and offset."""
+    if not offset:
+        return torch.empty_strided(shape, stride, dtype=dtype)
+    extent = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
+    return torch.empty(offset + extent, dtype=dtype).as_strided(shape, stride, offset)
 
 
 def _dense_strides(shape: list[int], stride: list[int]) -> bool:

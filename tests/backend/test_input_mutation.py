@@ -141,3 +141,21 @@ def test_launch_group_gives_each_part_its_own_arguments():
     seen.clear()
     group.bind(*args)()
     assert [name for name, _ in seen] == ["a", "b", "c"]
+
+
+def test_mutated_views_of_one_base_are_returned_as_eager_returns_them():
+    """Two overlapping views mutated and returned: AOTAutograd merges them into a
+    synthetic base and rebuilds each output as a view of it from the output's size,
+    stride and storage offset, so the host outputs carry eager's offsets."""
+    def fn(x, y):
+        return x.add_(1), y.mul_(2)
+
+    compiled = torch.compile(fn, backend="simaccel", dynamic=False)
+    ours, ref = torch.arange(16.0), torch.arange(16.0)
+    for _ in range(3):
+        got, want = compiled(ours[:8], ours[4:12]), fn(ref[:8], ref[4:12])
+        torch.testing.assert_close(ours, ref, rtol=0, atol=0)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+            assert g.storage_offset() == w.storage_offset()
+    assert simaccel.get_device().runtime_stats()["kernel_launches"] > 0
