@@ -126,9 +126,9 @@ def _launch_step(kernel: Any, fn: Any, buffers: list[str], params: list[Any],
 
 @dataclass
 class PreparedKernel:
-    """A kernel's emitted source and what its launch takes: the numba signature (type
-    names), the buffers (with the size bank last when it reads dynamic sizes), the launch
-    parameters and the size symbols it reads from the bank."""
+    """A kernel and its emitted source, with what its launch takes: the numba signature
+    (type names), the buffers (with the size bank last when it reads dynamic sizes), the
+    launch parameters and the size symbols it reads from the bank."""
 
     kernel: Any
     source: str
@@ -149,13 +149,12 @@ def prepare_kernel(kernel: Any, lowered: LoweredGraph) -> PreparedKernel:
     return PreparedKernel(kernel, source, signature, buffers, params, list(size_symbols))
 
 
-def jit_kernel(kernel: Any, lowered: LoweredGraph, device: Any,
-               prepared: PreparedKernel | None = None,
+def jit_kernel(p: PreparedKernel, lowered: LoweredGraph, device: Any,
                pool_compiled: frozenset[str] = frozenset()) -> tuple[LaunchStep, KernelInfo]:
-    """Compile (or load) one kernel and make its launch step; ``pool_compiled``: the
-    sources a compile worker compiled for this graph (loaded here from the cache, counted
-    as compiled, origin "pool")."""
-    p = prepared or prepare_kernel(kernel, lowered)
+    """Compile (or load) one prepared kernel and make its launch step; ``pool_compiled``:
+    the sources a compile worker compiled for this graph (loaded here from the cache,
+    counted as compiled, origin "pool")."""
+    kernel = p.kernel
     start = time.perf_counter()
     loaded = _CACHE.load(p.source, p.signature)
     elapsed = (time.perf_counter() - start) * 1e3
@@ -178,11 +177,11 @@ def _compile_in_pool(kernels: list[Any], lowered: LoweredGraph) -> tuple[
     compiled in the worker pool (:mod:`simaccel.codegen.compile_pool`); and the sources
     the workers compiled."""
     prepared = {id(k): prepare_kernel(k, lowered) for k in kernels}
+    if not compile_pool.parallel():  # serial: no need to look for misses on disk
+        return prepared, frozenset()
     missing = {p.source: p.signature for p in prepared.values()
                if not _CACHE.has(p.source, p.signature)}
-    compiled = compile_pool.precompile(_CACHE.root, list(missing.items())) if missing \
-        else set()
-    return prepared, frozenset(compiled)
+    return prepared, frozenset(compile_pool.precompile(_CACHE.root, list(missing.items())))
 
 
 def _own_parts(kernel: PointwiseKernel) -> list[PointwiseKernel]:
@@ -280,7 +279,7 @@ def assemble(lowered: LoweredGraph, inputs: tuple[InputPlan, ...], device: Any, 
     pool_ms = (time.perf_counter() - pool_start) * 1e3 if pooled else 0.0
 
     def jit(kernel: Any) -> tuple[LaunchStep, KernelInfo]:
-        return jit_kernel(kernel, lowered, device, prepared[id(kernel)], pooled)
+        return jit_kernel(prepared[id(kernel)], lowered, device, pooled)
 
     for item in lowered.steps:
         if isinstance(item, HostOp):

@@ -55,14 +55,18 @@ def worker_count() -> int:
     return min(os.cpu_count() or 1, DEFAULT_MAX_WORKERS)
 
 
+def parallel() -> bool:
+    """True if kernels compile in workers here (2 or more asked for, on Linux)."""
+    return worker_count() >= 2 and sys.platform.startswith("linux")
+
+
 def precompile(root: Path, jobs: Sequence[tuple[str, tuple[str, ...]]]) -> set[str]:
     """Compile ``jobs`` ((source, signature) of kernels this process does not have) in the
     workers, writing them into the cache at ``root``; returns the sources a worker
     compiled (the rest compile or load in this process as usual)."""
-    workers = worker_count()
-    if workers < 2 or len(jobs) < MIN_JOBS or not sys.platform.startswith("linux"):
+    if len(jobs) < MIN_JOBS or not parallel():
         return set()
-    pool = _pool(min(workers, len(jobs)))
+    pool = _pool(worker_count())
     compiled: set[str] = set()
     try:
         futures = {pool.submit(_compile, str(root), source, signature): source
@@ -83,10 +87,11 @@ def precompile(root: Path, jobs: Sequence[tuple[str, tuple[str, ...]]]) -> set[s
 
 
 def _pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
-    """The process's worker pool (made at the first parallel compile, grown if asked)."""
+    """The process's pool of ``workers`` workers (made at the first parallel compile, made
+    again if ``SIMACCEL_COMPILE_WORKERS`` changed)."""
     global _POOL, _POOL_WORKERS
     with _LOCK:
-        if _POOL is None or _POOL_WORKERS < workers:
+        if _POOL is None or _POOL_WORKERS != workers:
             if _POOL is not None:
                 _POOL.shutdown(wait=False, cancel_futures=True)
             _POOL = concurrent.futures.ProcessPoolExecutor(

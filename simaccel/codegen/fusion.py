@@ -109,9 +109,8 @@ def fuse_pointwise_launches(steps: list[Any]) -> list[Any]:
 
 
 def _joins_pointwise(step: Any) -> bool:
-    """A plain pointwise kernel (a scatter's serial loop stays a launch of its own)."""
-    return isinstance(step, PointwiseKernel) and not step.store_offset \
-        and not step.accumulate and step.iter_shape is None and not step.siblings
+    """A plain pointwise kernel not hosting others yet."""
+    return _joins_pointwise_host(step) and not step.siblings
 
 
 def _pointwise_host(earlier: list[Any], step: PointwiseKernel) -> PointwiseKernel | None:
@@ -130,5 +129,6 @@ def _pointwise_host(earlier: list[Any], step: PointwiseKernel) -> PointwiseKerne
 
 
 def _joins_pointwise_host(step: Any) -> bool:
+    """A plain pointwise kernel (a scatter's serial loop stays a launch of its own)."""
     return isinstance(step, PointwiseKernel) and not step.store_offset \
         and not step.accumulate and step.iter_shape is None

@@ -32,37 +32,29 @@ class SimClock:
     def reserve(self, track: str, duration_ns: float, not_before_ns: float = 0.0
                 ) -> tuple[float, float]:
         """Place an item of ``duration_ns`` on ``track``; returns its (start_ns, end_ns)."""
-        if duration_ns < 0:
-            raise ValueError(f"duration_ns must be >= 0, got {duration_ns}")
-        free_ns = self._free_ns
-        free = free_ns[track]
-        start = free if free > not_before_ns else float(not_before_ns)
-        end = start + duration_ns
-        free_ns[track] = end
-        self._busy_ns[track] += duration_ns
-        return start, end
+        return self.reserve_round_robin([track], 0, [duration_ns], not_before_ns)[0][1:]
 
     def reserve_round_robin(self, tracks: list[str], first: int, durations: list[float],
-                            not_before_ns: float = 0.0) -> list[tuple[float, float]]:
-        """:meth:`reserve` of ``durations[i]`` on ``tracks[(first + i) % len(tracks)]``,
-        in order (a scatter-gather list dealt over the DMA channels), in one call: the
-        per-call hot path places a few dozen copies at once. Returns (start_ns, end_ns)
+                            not_before_ns: float = 0.0) -> list[tuple[int, float, float]]:
+        """Place ``durations[i]`` on ``tracks[(first + i) % len(tracks)]``, in order (a
+        scatter-gather list dealt over the DMA channels), in one call: the per-call hot
+        path places a few dozen copies at once. Returns (track index, start_ns, end_ns)
         per item."""
         free_ns, busy_ns = self._free_ns, self._busy_ns
         count = len(tracks)
         placed = []
-        channel = first
+        index = first
         for duration in durations:
             if duration < 0:
                 raise ValueError(f"duration_ns must be >= 0, got {duration}")
-            track = tracks[channel]
+            track = tracks[index]
             free = free_ns[track]
             start = free if free > not_before_ns else float(not_before_ns)
             end = start + duration
             free_ns[track] = end
             busy_ns[track] += duration
-            placed.append((start, end))
-            channel = channel + 1 if channel + 1 < count else 0
+            placed.append((index, start, end))
+            index = index + 1 if index + 1 < count else 0
         return placed
 
     @property

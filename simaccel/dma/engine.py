@@ -274,8 +274,8 @@ class DmaEngine:
         """The one copy path (the caller holds the lock): check the batch; per pair, move
         the bytes (or check the mapped read); then place the pairs round-robin on the
         channels, trace them and count the batch once, into ``stats`` (default: the
-        engine's). A bad pair stops
-        the batch: what moved before it is placed, traced and counted. ``placed`` gets
+        engine's). A bad pair stops the batch: what moved before it is placed, traced and
+        counted. ``placed`` gets
         (channel, start_ns, end_ns, bursts) per pair. Returns the latest end (ns)."""
         try:
             keys = _STAT_KEYS[kind]
@@ -310,14 +310,13 @@ class DmaEngine:
         if not moved:
             return not_before_ns
         latency, bandwidth, burst = self.latency_ns, self.bandwidth_gbps, self.burst_bytes
-        channel = self._next_channel
         times = self._clock.reserve_round_robin(
-            self._channel_tracks, channel,
+            self._channel_tracks, self._next_channel,
             [latency + m[0] / bandwidth for m in moved], not_before_ns)
         spans = []
         end = not_before_ns
         nbytes_total = staged_bytes = bursts_total = mapped_bytes = mapped_reads = 0
-        for (nbytes, is_staged, is_mapped, strided), label, (start, stop) in zip(
+        for (nbytes, is_staged, is_mapped, strided), label, (channel, start, stop) in zip(
                 moved, labels, times):
             bursts = -(-nbytes // burst)
             name = kind + " " + label if label else kind
@@ -326,7 +325,6 @@ class DmaEngine:
                                          is_mapped)))
             if placed is not None:
                 placed.append((channel, start, stop, bursts))
-            channel = channel + 1 if channel + 1 < self.channels else 0
             end = stop if stop > end else end
             nbytes_total += nbytes
             bursts_total += bursts
@@ -334,7 +332,7 @@ class DmaEngine:
             if is_mapped:
                 mapped_bytes, mapped_reads = mapped_bytes + nbytes, mapped_reads + 1
         self._trace.record_spans(spans)
-        self._next_channel = channel
+        self._next_channel = channel + 1 if channel + 1 < self.channels else 0
         _count(self._stats if stats is None else stats, keys, len(moved), nbytes_total,
                bursts_total, staged_bytes, mapped_bytes, mapped_reads)
         return end

@@ -43,7 +43,8 @@ class ConstantBank:
         self.valid = False  # the device copy matches ``host``
         self._last: list | None = None  # the values ``host`` holds (see _value_key)
         self._indices = [index for index, _, _ in slots]
-        self._layout = struct.Struct(_struct_format(slots, self.offsets, self.nbytes, sizes))
+        self._layout = struct.Struct(_struct_format(slots, self.offsets, self.nbytes, sizes,
+                                                    self.sizes_offset))
 
     def views(self, bank: np.ndarray) -> dict[str, np.ndarray]:
         """Typed 1-element views of each slot in the device bank ``bank`` (uint8)."""
@@ -89,17 +90,16 @@ _STRUCT_CODES = {"float64": "d", "float32": "f", "int64": "q", "int32": "i", "in
 
 
 def _struct_format(slots: list[tuple[int, str, np.dtype]], offsets: list[int],
-                   nbytes: int, sizes: int = 0) -> str:
-    """A little-endian struct layout matching the bank's slots, the size bank (int64s,
-    8-aligned) and padding."""
+                   nbytes: int, sizes: int = 0, sizes_offset: int = 0) -> str:
+    """A little-endian struct layout matching the bank's slots, the size bank (``sizes``
+    int64s at ``sizes_offset``) and padding."""
     fmt, cursor = "<", 0
     for (_, _, dtype), off in zip(slots, offsets):
         fmt += "x" * (off - cursor) + _STRUCT_CODES[dtype.name]
         cursor = off + dtype.itemsize
     if sizes:
-        start = -(-cursor // 8) * 8
-        fmt += "x" * (start - cursor) + "q" * sizes
-        cursor = start + 8 * sizes
+        fmt += "x" * (sizes_offset - cursor) + "q" * sizes
+        cursor = sizes_offset + 8 * sizes
     return fmt + "x" * (nbytes - cursor)
 
 

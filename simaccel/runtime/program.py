@@ -72,6 +72,8 @@ class Program:
         self._mapped_steps = mapped_steps(spec.steps, self._streamed)
         self._kernel_wall_ns = 0
         self._launches_per_call = sum(step.on_device for step in spec.steps)
+        #: position of the first input write-back among the outputs (they come last)
+        self._first_writeback = len(spec.outputs) - len(spec.writebacks)
         #: per step: the size bank slot of each size its kernel reads (see LaunchStep)
         self._slots = [tuple(self._symbol_names.index(name) for name in step.size_slots)
                        if isinstance(step, LaunchStep) else () for step in spec.steps]
@@ -400,23 +402,19 @@ class Program:
         aligned (the outputs simaccel allocates always are). ``data_ptrs``: as for
         :meth:`run` (0 where the caller did not know an address)."""
         srcs, dsts, labels, staged = [], [], [], []
-        writebacks = self.spec.writebacks
-        first_writeback = len(self.spec.outputs) - len(writebacks)
-        alignment = self.spec.alignment
+        writebacks, first = self.spec.writebacks, self._first_writeback
         for k, src, label in bound.output_copies:
             host = host_outputs[k]
             if host is not None and host.size:
                 srcs.append(src)
                 dsts.append(host)
                 labels.append(label)
-                if k >= first_writeback:
-                    address = data_ptrs[writebacks[k - first_writeback]] if data_ptrs else 0
-                    staged.append((address or _address(host)) % alignment != 0)
-                else:
-                    staged.append(False)
+                if writebacks:
+                    staged.append(k >= first and _data_ptr(writebacks[k - first], host,
+                                                           data_ptrs) % self.spec.alignment != 0)
         if srcs:
             self.device.dma.copy_many("d2h", srcs, dsts, labels, not_before_ns=ready_ns,
-                                      staged=staged if writebacks and any(staged) else None)
+                                      staged=staged if any(staged) else None)
 
 
 def _check_alignment(spec: ProgramSpec, device: Device) -> None:
@@ -436,13 +434,9 @@ def _unbound() -> None:
 
 def _data_ptr(index: int, host: np.ndarray, data_ptrs: list[int] | None) -> int:
     """Address of argument ``index``'s first element (bytes): the caller's, when it passed
-    them (cheap for torch tensors), else numpy's."""
-    return data_ptrs[index] if data_ptrs is not None else host.__array_interface__["data"][0]
-
-
-def _address(array: np.ndarray) -> int:
-    """Data address of ``array``'s first element (bytes)."""
-    return array.__array_interface__["data"][0]
+    it (cheap for torch tensors; 0 where it did not know one), else numpy's."""
+    known = data_ptrs[index] if data_ptrs is not None else 0
+    return known or host.__array_interface__["data"][0]
 
 
 def _align(value: int, alignment: int) -> int:
