@@ -17,8 +17,7 @@ import torch.fx
 from simaccel.attention import ATTENTION_DECOMPOSITIONS
 from simaccel.codegen.compile import assemble
 from simaccel.codegen.graph import GraphLowering
-from simaccel.codegen.sizes import data_dependent_symbols
-from simaccel.compiled import CompiledGraph, HostGraph, graph_outputs
+from simaccel.compiled import CompiledGraph, graph_outputs
 from simaccel.errors import UnsupportedOpError
 from simaccel.guards import dynamo, prepare_frame
 from simaccel.guards.buckets import bucket_guards
@@ -31,6 +30,7 @@ from simaccel.options import Options, parse_options
 from simaccel.report import CompileReport, add_report
 from simaccel.runtime.device import get_device
 from simaccel.runtime.program import Program
+from simaccel.staged import compile_staged, has_data_dependent_sizes
 from simaccel.timers import PhaseTimer
 
 log = logging.getLogger("simaccel")
@@ -84,9 +84,11 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
     device = get_device()
     config = device.config
     name = f"graph{next(_GRAPH_IDS)}_{kind}"
-    unbacked = data_dependent_symbols(gm)
-    if unbacked:
-        return _host_graph(gm, name, options, unbacked, guard_report)
+    if has_data_dependent_sizes(gm):
+        return compile_staged(
+            gm, facts, lambda stage, inputs, stage_facts: compile_graph(
+                stage, inputs, options, kind, stage_facts, guard_report, size_bounds),
+            name, options.fallback)
     timer = PhaseTimer()
     # AOTAutograd calls us under its FakeTensorMode; graph constants are real tensors.
     with unset_fake_temporarily():
@@ -120,23 +122,6 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
     add_report(report)
     log.debug("%s", report)
     return CompiledGraph(program, lowered.output_meta, graph_outputs(gm), report=report)
-
-
-def _host_graph(gm: torch.fx.GraphModule, name: str, options: Options, symbols: list[str],
-                guard_report: Any) -> HostGraph:
-    """A graph with data-dependent sizes runs on the host, reported with the reason: a
-    device program needs every size before a call starts (a program split at the ops that
-    produce such sizes is not built yet)."""
-    reason = (f"data-dependent size(s) {', '.join(symbols)} (x.item(), nonzero, masked "
-              f"indexing): the whole graph runs on the host")
-    if options.fallback == "error":
-        raise UnsupportedOpError(name, reason)
-    log.info("host fallback for %s: %s", name, reason)
-    ops = sum(1 for n in gm.graph.nodes if n.op == "call_function")
-    report = CompileReport(graph=name, host_fallbacks=[(name, reason)], guards=guard_report,
-                           ops=ops)
-    add_report(report)
-    return HostGraph(gm, ops, report)
 
 
 @errors_reach_user

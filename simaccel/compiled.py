@@ -15,7 +15,6 @@ from simaccel.codegen.sizes import is_symbolic
 from simaccel.errors import SimAccelError
 from simaccel.guards import dynamo
 from simaccel.runtime.layout import MAX_LAYOUTS
-from simaccel.runtime.device import get_device
 from simaccel.runtime.program import Program
 from simaccel.runtime.sizes import SizeFunction
 
@@ -62,32 +61,9 @@ class CompiledGraph:
         args.clear()
         return outputs
 
-
     def call_unboxed(self, *args: Any) -> list[Any]:
         """Dynamo's calling convention (positional arguments), for graphs Dynamo calls
         directly, without AOTAutograd's runtime wrapper."""
-        return self(list(args))
-
-
-class HostGraph:
-    """A graph run by torch on the host (boxed calling convention, like
-    :class:`CompiledGraph`), its ``ops`` counted as host fallback ops on every call."""
-
-    _boxed_call = True
-
-    def __init__(self, gm: torch.fx.GraphModule, ops: int, report: Any):
-        self.gm = gm
-        self.ops = ops
-        self.report = report
-
-    def __call__(self, args: list[Any]) -> list[Any]:
-        device = get_device()
-        device.count("host_fallback_ops", self.ops)
-        outputs = self.gm(*args)
-        args.clear()
-        return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
-
-    def call_unboxed(self, *args: Any) -> list[Any]:
         return self(list(args))
 
 

@@ -39,6 +39,9 @@ class CompileReport:
     #: milliseconds of each of simaccel's compile phases for this graph
     #: (:data:`simaccel.timers.GRAPH_PHASES`; ``kernels``: numba compiles and cache loads)
     phases_ms: dict[str, float] = field(default_factory=dict)
+    #: a graph with data-dependent sizes: its device stages and host steps, in order
+    #: (:mod:`simaccel.staged`; each device stage has a report of its own)
+    stages: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         return self.render(list_kernels=True)
@@ -80,6 +83,9 @@ class CompileReport:
             lines.append("  dynamic sizes (read from the constant bank): " + ", ".join(self.size_symbols))
         if self.size_guards:
             lines.append("  size guards added by this compile: " + ", ".join(self.size_guards))
+        if self.stages:
+            lines.append("  staged program (data-dependent sizes):")
+            lines += [f"    {stage}" for stage in self.stages]
         if self.ddp:
             lines.append(f"  DDP: {self.ddp}")
         if self.guards is not None:

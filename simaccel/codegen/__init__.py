@@ -12,7 +12,7 @@ from simaccel.codegen import lower_foreach  # noqa: F401,E402
 from simaccel.codegen import lower_copy  # noqa: F401,E402
 from simaccel.codegen import lower_sort  # noqa: F401,E402
 from simaccel.codegen import lower_scatter  # noqa: F401,E402
-from simaccel.codegen import lower_scan  # noqa: F401,E402
+from simaccel.codegen import lower_scan, lower_nonzero, lower_asserts  # noqa: F401,E402
 from simaccel.codegen import lower_special  # noqa: F401,E402
 from simaccel.codegen import lower_conv, lower_pool, lower_products  # noqa: F401,E402
 from simaccel.codegen import lower_library  # noqa: F401,E402  (last: wraps earlier lowerings for complex tensors)

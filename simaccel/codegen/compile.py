@@ -306,13 +306,15 @@ def assemble(lowered: LoweredGraph, inputs: tuple[InputPlan, ...], device: Any, 
                                runtime_sizes(o.layout.strides), runtime_size(o.layout.offset),
                                storage_dtype(o.dtype)) if isinstance(o, Realized) else None
                     for o in [*lowered.outputs, *written])
-    symbols, traced = symbol_sources(lowered.inputs, _size_names(buffers, steps, outputs))
+    asserts = tuple(lowered.size_asserts)
+    symbols, traced = symbol_sources(lowered.inputs, _size_names(buffers, steps, outputs)
+                                     + names_of(text for text, _ in asserts))
     bounds = size_bounds or {}
     plan_sizes = tuple(max(bounds.get(src.symbol, n), n) for src, n in zip(symbols, traced)) \
         if bounds else ()
     spec = ProgramSpec(name, buffers, tuple(steps), inputs, constants, outputs,
                        int(device.config.alignment), symbols, traced, plan_sizes,
-                       tuple(index for index, _ in lowered.writebacks))
+                       tuple(index for index, _ in lowered.writebacks), asserts)
     return CompileResult(spec, infos, pool_ms)
 
 

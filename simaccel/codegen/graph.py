@@ -75,6 +75,9 @@ class LoweredGraph:
     #: mutated input, its argument index and its new value (contiguous, the input's
     #: shape and dtype), written back into the caller's tensor at the end of a call
     writebacks: list[tuple[int, Realized]] = field(default_factory=list)
+    #: runtime assertions on sizes (``_assert_scalar``): (condition as a size expression,
+    #: message), checked once per new size tuple
+    size_asserts: list[tuple[str, str]] = field(default_factory=list)
 
 
 class GraphLowering:
@@ -96,6 +99,7 @@ class GraphLowering:
         #: argument index of each tensor placeholder node
         self.placeholder_index: dict[torch.fx.Node, int] = {}
         self.writebacks: dict[int, Realized] = {}
+        self.size_asserts: list[tuple[str, str]] = []
 
     # ------------------------------------------------------------------ buffers
 
@@ -193,7 +197,8 @@ class GraphLowering:
                  for v in _flat_outputs(next(iter(reversed(self.gm.graph.nodes))).args[0])]
         self.steps = fuse_pointwise_launches(fuse_sibling_reductions(self.steps))
         return LoweredGraph(self.buffers, self.steps, self.inputs, outputs, metas, self.fallbacks,
-                            self.constants, sorted(self.writebacks.items(), key=lambda kv: kv[0]))
+                            self.constants, sorted(self.writebacks.items(), key=lambda kv: kv[0]),
+                            self.size_asserts)
 
     def _placeholder(self, node: torch.fx.Node, index: int, example_inputs: list[Any]) -> Any:
         val = self.meta(node)

@@ -203,12 +203,13 @@ def _index_put(ctx: GraphLowering, x: TensorValue, indices: list[Any], values: T
 def _masked_put(ctx: GraphLowering, x: TensorValue, indices: list[Any], values: TensorValue,
                 accumulate: bool) -> Lazy:
     """``x[mask] = v`` with one value ``v``: ``where(mask, v, x)`` (``x + v`` under the
-    mask when accumulating); more values need the mask's data-dependent count."""
-    if len([t for t in indices if t is not None]) != 1 or not is_value(values.numel, 1):
-        raise Unsupported("boolean mask indexing with several values has a data-dependent "
-                          "shape")
+    mask when accumulating); with one value per set flag, :func:`_masked_put_values`."""
+    if len([t for t in indices if t is not None]) != 1:
+        raise Unsupported("boolean mask indexing beside other index tensors")
     mask = next(t for t in indices if t is not None)
     lead = indices.index(mask)
+    if not is_value(values.numel, 1):
+        return _masked_put_values(ctx, x, mask, lead, values, accumulate)
     dtype = x.dtype
 
     def fn(index: list[str]) -> Expr:
@@ -218,6 +219,27 @@ def _masked_put(ctx: GraphLowering, x: TensorValue, indices: list[Any], values: 
         new = Op("add", (old, v), dtype) if accumulate else v
         return Op("where", (m, new, old), dtype)
     return Lazy(x.shape, dtype, fn, 3)
+
+
+def _masked_put_values(ctx: GraphLowering, x: TensorValue, mask: TensorValue, lead: int,
+                       values: TensorValue, accumulate: bool) -> Realized:
+    """``x[mask] = values`` with a row of ``values`` per set flag of a leading ``mask``
+    (the gradient of ``x[mask]``): one ordered pass over the mask. Its row count is the
+    mask's data-dependent count, which the graph takes as a size."""
+    if lead != 0:
+        raise Unsupported("a boolean mask after a full slice in index_put")
+    tail = tuple(x.shape[mask.ndim:])
+    out = ctx.realize_contiguous_copy(x)
+    # one row per set flag, or a single row (a broadcast value) for all of them
+    rows = values.shape[0] if values.ndim == len(tail) + 1 else 1
+    v = dense(ctx, as_dtype(expand(values, [rows, *tail]), out.dtype), out.dtype)
+    m = dense(ctx, mask, "bool")
+    inner = math.prod(tail)
+    step = 0 if is_value(rows, 1) else inner
+    extern(ctx, templates_scatter.masked_put(bool(accumulate)),
+           [out.layout.buffer, v.layout.buffer, m.layout.buffer], [mask.numel, inner, step],
+           x.numel, 3 * x.numel, writes=(out.layout.buffer,))
+    return out
 
 
 @register(aten.masked_scatter_backward.default)

@@ -135,16 +135,3 @@ def same_size(a: Size, b: Size) -> bool:
     if not is_symbolic(a) and not is_symbolic(b):
         return a == b
     return known_true(a == b)
-
-
-def data_dependent_symbols(gm: torch.fx.GraphModule) -> list[str]:
-    """Unbacked size symbols of ``gm`` (``x.item()``, ``nonzero``, masked indexing): sizes
-    only known once the graph has computed them."""
-    names: dict[str, None] = {}
-    for node in gm.graph.nodes:
-        val = node.meta.get("val")
-        for value in (val if isinstance(val, (list, tuple)) else [val]):
-            parts = value.shape if isinstance(value, torch.Tensor) else [value]
-            for part in parts:
-                names.update(dict.fromkeys(n for n in symbol_names(part) if n.startswith("u")))
-    return list(names)

@@ -13,6 +13,20 @@ def masked_scatter() -> str:
             "            k += 1\n")
 
 
+def masked_put(accumulate: bool) -> str:
+    """``out[i*INNER:(i+1)*INNER] (+)= values[k*STEP:k*STEP + INNER]`` for the ``k``-th
+    set ``mask[i]`` of ``M`` (serial: ``k`` counts the set flags in order, as ATen's
+    boolean-mask ``index_put`` consumes its values; ``STEP`` 0: one row for every flag)."""
+    store = "+=" if accumulate else "="
+    return ("def kernel(out, values, mask, M, INNER, STEP):\n"
+            "    k = 0\n"
+            "    for i in range(M):\n"
+            "        if mask[i]:\n"
+            "            for j in range(INNER):\n"
+            f"                out[i*INNER + j] {store} values[k*STEP + j]\n"
+            "            k += 1\n")
+
+
 def masked_gather() -> str:
     """``out[k] = src[i]`` for the ``k``-th set ``mask[i]`` (serial), zeros after the last
     (``out`` holds ``M`` elements)."""

@@ -18,7 +18,7 @@ from simaccel.runtime.memory import CachingAllocator, DeviceMemory
 #: runtime counters that always appear in runtime_stats(), even when zero.
 RUNTIME_KEYS = ("kernel_launches", "host_fallback_ops", "graphs_compiled", "kernels_compiled",
                 "kernel_cache_hits", "kernel_memory_hits", "calls", "resident_uploads",
-                "resident_bytes", "kernel_wall_ns")
+                "resident_bytes", "kernel_wall_ns", "size_readbacks")
 
 
 class Device:

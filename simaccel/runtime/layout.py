@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from simaccel.errors import SimAccelError
 from simaccel.runtime.planner import MemoryPlan, PlanBuffer, StackedPlan, plan_memory
 from simaccel.runtime.sizes import SizeFunction
 from simaccel.runtime.spec import LaunchStep, Placement, ProgramSpec
@@ -75,6 +76,7 @@ class Layouts:
         for out in spec.outputs:
             if out is not None:
                 exprs += [*out.shape, *out.strides, out.offset]
+        exprs += [condition for condition, _ in spec.size_asserts]
         self._evaluate: Callable[[tuple[int, ...]], tuple[int, ...]] = SizeFunction(
             [s.symbol for s in spec.symbols], exprs)
         self._cache: OrderedDict[tuple[int, ...], SizedLayout] = OrderedDict()
@@ -125,6 +127,10 @@ class Layouts:
             shape = tuple(next(values) for _ in out.shape)
             strides = tuple(next(values) for _ in out.strides)
             outputs.append((shape, strides, next(values)))
+        for (condition, message), holds in zip(self.spec.size_asserts, values):
+            if not holds:
+                raise SimAccelError(f"{self.spec.name}: {message} (sizes "
+                                    f"{dict(zip((s.symbol for s in self.spec.symbols), sizes))})")
         return numel, params, costs, outputs
 
     def _nbytes(self, numel: dict[str, int]) -> dict[str, int]:

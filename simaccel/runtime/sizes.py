@@ -12,6 +12,7 @@ functions below (the names sympy prints for them).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -64,6 +65,8 @@ SIZE_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "CeilToInt": _ceil_to_int, "FloorToInt": _floor_to_int, "TruncToInt": int,
     "ToFloat": _to_float, "FloatTrueDiv": _true_div, "IntTrueDiv": _true_div,
     "FloatPow": _float_pow, "OpaqueUnaryFn_sqrt": _sqrt,
+    # the relations of a runtime assertion on sizes (``Eq(u0, 3)``)
+    "Eq": operator.eq, "Ne": operator.ne,
 }
 
 

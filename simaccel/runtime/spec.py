@@ -162,6 +162,9 @@ class ProgramSpec:
     #: the graph's input mutations: the last ``len(writebacks)`` outputs are the new
     #: values of these inputs (argument indices), copied back into the caller's tensors
     writebacks: tuple[int, ...] = ()
+    #: (condition, message) of each runtime assertion on sizes: a size expression that
+    #: must be nonzero at every size tuple a call brings (checked once per new tuple)
+    size_asserts: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         for plan in self.inputs:

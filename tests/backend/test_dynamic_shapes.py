@@ -207,27 +207,6 @@ def test_pow2_buckets_compile_once_per_bucket_and_plan_for_its_largest_size():
         simaccel.reports()[-1].memory_plan["planned_bytes"]  # the bucket maximum's plan
 
 
-@pytest.mark.parametrize("case", ["item", "item_size", "mask", "nonzero"])
-def test_data_dependent_sizes_equal_eager_and_say_where_they_ran(case):
-    fns = {
-        "item": lambda x: (x * x.sum().item(), x.sum().item()),
-        "item_size": lambda x: torch.zeros(int((x > 0).sum().item())) + 1,
-        "mask": lambda x: x[x > 0] * 2,
-        "nonzero": lambda x: torch.nonzero(x > 0),
-    }
-    fn = fns[case]
-    torch._dynamo.reset()
-    with torch._dynamo.config.patch(capture_scalar_outputs=True,
-                                    capture_dynamic_output_shape_ops=True):
-        compiled = torch.compile(fn, backend="simaccel")
-        for size in (6, 9):
-            x = torch.randn(size)
-            torch.testing.assert_close(compiled(x), fn(x))
-    fallbacks = [reason for r in simaccel.reports() for _, reason in r.host_fallbacks]
-    if case != "item":  # a float item() needs no size: its graph runs on the device
-        assert any("data-dependent size" in reason for reason in fallbacks), fallbacks
-
-
 def test_a_resident_input_of_a_new_size_gives_its_old_block_back():
     """A static-address input (resident on the device) whose size changes gets a block of
     the new size; the old one is freed, so alternating sizes do not grow device memory."""

@@ -42,3 +42,10 @@ def size_hint(value: Any) -> Any:
     if not isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)) or node is None:
         return value
     return node.hint
+
+
+def fake_mode_of(values: list[Any]) -> Any:
+    """The fake tensor mode the traced ``values`` (a graph's ``meta["val"]`` tensors)
+    belong to, to compute the value of a node a pass adds (None if they are real)."""
+    from torch._guards import detect_fake_mode
+    return detect_fake_mode(values)
