@@ -75,10 +75,13 @@ _GRAPH_IDS = itertools.count()
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: Options,
                   kind: str, facts: list[InputFacts], guard_report: Any = None,
-                  size_bounds: dict[str, int] | None = None) -> CompiledGraph:
+                  size_bounds: dict[str, int] | None = None,
+                  version_bumped: frozenset[int] | None = None) -> CompiledGraph:
     """Lower, compile and load one ATen graph onto the device. ``facts``: what compile
     time knows of each input (:mod:`simaccel.input_plan`), by position; ``size_bounds``:
-    the bucket upper bound of each size symbol (static-shape mode)."""
+    the bucket upper bound of each size symbol (static-shape mode); ``version_bumped``:
+    the inputs whose version AOTAutograd increments before each call
+    (:func:`simaccel.guards.dynamo.version_bumped_inputs`; None: not known)."""
     start = time.perf_counter()
     guards_before = dynamo.shape_guard_count()
     device = get_device()
@@ -97,7 +100,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
                                     bank_dtypes(facts)).run(list(example_inputs))
         with timer.phase("plan inputs"):
             inputs = plan_inputs(lowered, facts, example_inputs, config.alignment,
-                                 config.host_map_min_bytes)
+                                 config.host_map_min_bytes, version_bumped is not None)
         assemble_start = time.perf_counter()
         result = assemble(lowered, inputs, device, name, size_bounds)
         kernels_ms = sum(k.compile_ms for k in result.kernels) + result.pool_ms
@@ -121,7 +124,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
         size_guards=dynamo.shape_guards_since(guards_before))
     add_report(report)
     log.debug("%s", report)
-    return CompiledGraph(program, lowered.output_meta, graph_outputs(gm), report=report)
+    static = frozenset(i for i, fact in enumerate(facts) if fact.resident)
+    return CompiledGraph(program, lowered.output_meta, graph_outputs(gm), report=report,
+                         static_inputs=static, version_bumped=version_bumped)
 
 
 @errors_reach_user
@@ -143,7 +148,7 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
         facts = forward_input_facts(frame_facts, gm, graph)
         forward_seen.append((graph, facts))
         return _noted(compile_graph(graph, inputs, opts, "forward", facts, guard_report,
-                                    bounds), ddp)
+                                    bounds, dynamo.version_bumped_inputs(graph)), ddp)
 
     def bw_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
         forward, fw_facts = forward_seen[-1]

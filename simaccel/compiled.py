@@ -1,6 +1,7 @@
 """The callable a compiled graph becomes: host tensors in, device program, host tensors out."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,8 @@ class CompiledGraph:
     _boxed_call = True
 
     def __init__(self, program: Program, output_meta: list[Any], host_outputs: dict[int, Any],
-                 report: Any = None):
+                 report: Any = None, static_inputs: frozenset[int] = frozenset(),
+                 version_bumped: frozenset[int] | None = None):
         self.program = program
         self.output_meta = output_meta
         #: outputs the program does not compute: Python values, and graph inputs returned
@@ -45,17 +47,33 @@ class CompiledGraph:
         self._scalar_indices = frozenset(program.bank_inputs)
         #: argument indices of the inputs the program writes back (input mutations)
         self._writebacks = program.spec.writebacks
+        #: host views of the static-address inputs (parameters, optimizer state), kept
+        #: between calls; the 0-d inputs the bank reads by value are never kept
+        static = static_inputs - self._scalar_indices
+        self._static = StaticViews(static) if static else None
+        #: written-back inputs whose version this graph increments after the call, as an
+        #: in-place op does in eager (AOTAutograd increments the others, before the call;
+        #: ``version_bumped``), so every resident copy elsewhere sees the change
+        self._bumped_after = tuple(i for i in self._writebacks if version_bumped is not None
+                                   and i not in version_bumped)
+        #: resident inputs the program writes in place: their device copy is the new value
+        #: after a call, still valid at the next if their version moved by that one bump
+        self._resident_written = tuple(i for i in self.resident if i in self._writebacks)
 
     def __call__(self, args: list[Any]) -> list[Any]:
         keys = {i: _content_key(args[i]) for i in self.resident} if self.resident else None
-        host_args, data_ptrs = _host_arrays(args, self._scalar_indices)
+        host_args, data_ptrs = _host_arrays(args, self._scalar_indices, self._static)
         layout = self.program.layout_for(host_args)
         specs, scalars = self._outputs.at(layout.sizes)
         outputs = [None if spec is None else _new_output(*spec) for spec in specs]
         hosts = [None if o is None else _numpy_view(o) for o in outputs]
         if self._writebacks:
             hosts += [_writeback_view(args[i], host_args[i]) for i in self._writebacks]
-        self.program.run(host_args, hosts, keys, data_ptrs, layout)
+        after = {i: _next_version_key(keys[i]) for i in self._resident_written} \
+            if self._resident_written else None  # type: ignore[index]
+        self.program.run(host_args, hosts, keys, data_ptrs, layout, after)
+        for i in self._bumped_after:
+            _bump_version(args[i])
         for index, value in self.host_outputs.items():
             outputs[index] = value(args) if callable(value) else scalars.get(index, value)
         args.clear()
@@ -73,18 +91,63 @@ def _content_key(t: torch.Tensor) -> tuple:
     return (id(t), t.data_ptr(), t._version, tuple(t.shape), tuple(t.stride()))
 
 
-def _host_arrays(args: list[Any], scalar_indices: frozenset[int] = frozenset()
-                 ) -> tuple[list[Any], list[int]]:
+class StaticViews:
+    """Host views of the tensors a graph takes at ``indices`` whose address Dynamo pins
+    (parameters, optimizer state): made at a tensor's first call and kept. The same
+    tensor object at the same address with the same sizes and strides is the same memory,
+    so its view is reused instead of made per call (~2 us a tensor: an optimizer step
+    takes four tensors per parameter). The views hold their tensors alive while the graph
+    lives, as its guards already do."""
+
+    def __init__(self, indices: Iterable[int]):
+        self.indices = frozenset(indices)
+        #: index -> (tensor, data address, sizes, strides, view)
+        self._kept: dict[int, tuple] = {}
+
+    def host_array(self, index: int, t: Any) -> tuple[Any, int]:
+        """(host array, data address) of ``t``, the input at ``index`` (its kept view, or
+        a new one if another tensor, address, size or strides came)."""
+        if not isinstance(t, torch.Tensor):
+            return _host_array(t), 0
+        ptr = t.data_ptr()
+        kept = self._kept.get(index)
+        if kept is not None and kept[0] is t and kept[1] == ptr and kept[2] == t.shape \
+                and kept[3] == t.stride():
+            return kept[4], ptr
+        view = _host_array(t)
+        self._kept[index] = (t, ptr, t.shape, t.stride(), view)
+        return view, ptr
+
+
+def _next_version_key(key: tuple) -> tuple:
+    """The content key a tensor written by this call has at the next call when nothing
+    else touched it: one version later (:attr:`CompiledGraph._bumped_after`)."""
+    return (*key[:2], key[2] + 1, *key[3:])
+
+
+def _bump_version(t: Any) -> None:
+    if isinstance(t, torch.Tensor) and not t.is_inference():
+        torch.autograd.graph.increment_version(t)
+
+
+def _host_arrays(args: list[Any], scalar_indices: frozenset[int] = frozenset(),
+                 static: StaticViews | None = None) -> tuple[list[Any], list[int]]:
     """Host arrays of the arguments (Python values pass through) and each tensor's data
     address (bytes; 0 for non-tensors), for the program's DMA alignment check. This runs on
     every call, so plain CPU tensors (the common case) take a short path. A 0-d tensor at
     one of ``scalar_indices`` (a lifted float Dynamo wraps per call) only feeds the
     constant bank, which packs its value: it is passed as that Python number (``item()``
-    is exact for every dtype the bank holds, and ~1 us cheaper than a numpy view)."""
+    is exact for every dtype the bank holds, and ~1 us cheaper than a numpy view).
+    ``static``: the kept views of static-address inputs."""
     host_args = []
     data_ptrs = []
+    kept = static.indices if static is not None else ()
     for i, a in enumerate(args):
-        if i in scalar_indices and type(a) is torch.Tensor and a.dim() == 0 \
+        if i in kept:
+            host, ptr = static.host_array(i, a)  # type: ignore[union-attr]
+            host_args.append(host)
+            data_ptrs.append(ptr)
+        elif i in scalar_indices and type(a) is torch.Tensor and a.dim() == 0 \
                 and a.dtype in BANK_TORCH_DTYPES:
             host_args.append(a.item())
             data_ptrs.append(0)

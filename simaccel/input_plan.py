@@ -93,14 +93,20 @@ def bank_dtypes(facts: Sequence[InputFacts]) -> dict[int, str]:
 
 
 def plan_inputs(lowered: LoweredGraph, facts: Sequence[InputFacts], example_inputs: list[Any],
-                alignment: int, host_map_min_bytes: int) -> tuple[InputPlan, ...]:
+                alignment: int, host_map_min_bytes: int, resident_writebacks: bool = False
+                ) -> tuple[InputPlan, ...]:
     """The :class:`InputPlan` of every graph input of ``lowered`` (constants excluded),
     decided once: scalars go to the constant bank; resident facts stay resident unless
-    the graph writes the input back; every other tensor is copied, or host-mapped where
-    :func:`place_mapped_inputs` allows."""
+    the graph writes the input back out of place; every other tensor is copied, or
+    host-mapped where :func:`place_mapped_inputs` allows. ``resident_writebacks``: the
+    caller can tell the version an input written back will have at the next call
+    (:class:`simaccel.compiled.CompiledGraph`)."""
     plans = []
-    # an input the call writes back changes on every call: keeping it resident would
-    # upload it again each time (its version moves), so it is copied like any input
+    # an input written back from a buffer of its own changes on every call: keeping it
+    # resident would upload it again each time, so it is copied like any input. One the
+    # graph computes in place (:mod:`simaccel.codegen.inplace`) stays resident: its
+    # device copy is the new value after the call.
+    in_place = set(lowered.aliases.values()) if resident_writebacks else set()
     written = {index for index, _ in lowered.writebacks}
     for spec in lowered.inputs:
         if spec.index < 0:  # a graph constant (get_attr): uploaded once with the program
@@ -109,8 +115,8 @@ def plan_inputs(lowered: LoweredGraph, facts: Sequence[InputFacts], example_inpu
         if spec.scalar:
             placement, aligned = Placement.BANK, None
         else:
-            placement = Placement.RESIDENT if fact.resident and spec.index not in written \
-                else Placement.COPIED
+            keeps = spec.index not in written or spec.buffer in in_place
+            placement = Placement.RESIDENT if fact.resident and keeps else Placement.COPIED
             aligned = fact.aligned
         plans.append(InputPlan(spec.index, spec.buffer, placement,
                                storage_dtype(lowered.buffers[spec.buffer].dtype), aligned,

@@ -296,13 +296,17 @@ def assemble(lowered: LoweredGraph, inputs: tuple[InputPlan, ...], device: Any, 
             step, info = jit(parts[id(item)][0])
             infos.append(info)
         steps.append(step)
+    aliases = lowered.aliases
     buffers = {n: BufferDecl(n, storage_dtype(b.dtype), runtime_size(b.numel), b.kind)
-               for n, b in lowered.buffers.items()}
+               for n, b in lowered.buffers.items() if n not in aliases}
+    if aliases:  # a write-back computed in place: its kernels use the input's buffer
+        steps = [_renamed(step, aliases) for step in steps]
     constants = {n: _host_array(t) for n, t in lowered.constants.items()}
     # input write-backs ride after the graph's outputs: read back the same way, into the
     # caller's tensors (``spec.writebacks``)
     written = [value for _, value in lowered.writebacks]
-    outputs = tuple(OutputDecl(o.layout.buffer, runtime_sizes(o.shape),
+    outputs = tuple(OutputDecl(aliases.get(o.layout.buffer, o.layout.buffer),
+                               runtime_sizes(o.shape),
                                runtime_sizes(o.layout.strides), runtime_size(o.layout.offset),
                                storage_dtype(o.dtype)) if isinstance(o, Realized) else None
                     for o in [*lowered.outputs, *written])
@@ -316,6 +320,17 @@ def assemble(lowered: LoweredGraph, inputs: tuple[InputPlan, ...], device: Any, 
                        int(device.config.alignment), symbols, traced, plan_sizes,
                        tuple(index for index, _ in lowered.writebacks), asserts)
     return CompileResult(spec, infos, pool_ms)
+
+
+def _renamed(step: LaunchStep | HostStep, aliases: dict[str, str]) -> LaunchStep | HostStep:
+    """``step`` naming ``aliases[b]`` for each buffer ``b`` it names (only kernels take
+    aliased buffers: :func:`simaccel.codegen.inplace.inplace_writebacks`)."""
+    if not isinstance(step, LaunchStep) or not aliases.keys() & (step.reads | step.writes):
+        return step
+    return dataclasses.replace(
+        step, buffers=tuple(aliases.get(b, b) for b in step.buffers),
+        reads=frozenset(aliases.get(b, b) for b in step.reads),
+        writes=frozenset(aliases.get(b, b) for b in step.writes))
 
 
 def _size_names(buffers: dict[str, BufferDecl], steps: list[Any],

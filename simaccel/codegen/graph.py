@@ -19,6 +19,7 @@ import torch.fx
 
 from simaccel.codegen.dtypes import DEVICE_DTYPES, HALF_DTYPES, storage_name, torch_to_np_dtype
 from simaccel.codegen.fusion import fuse_pointwise_launches, fuse_sibling_reductions
+from simaccel.codegen.inplace import inplace_writebacks
 from simaccel.codegen.hostop import HostOp
 from simaccel.codegen.ir import (ExternKernel, Kernel, Layout, PointwiseKernel, ReductionKernel,
                                  contiguous_strides, count_ops)
@@ -78,6 +79,9 @@ class LoweredGraph:
     #: runtime assertions on sizes (``_assert_scalar``): (condition as a size expression,
     #: message), checked once per new size tuple
     size_asserts: list[tuple[str, str]] = field(default_factory=list)
+    #: write-backs computed in place: new value's buffer -> the input's buffer, which the
+    #: program uses for both (:mod:`simaccel.codegen.inplace`)
+    aliases: dict[str, str] = field(default_factory=dict)
 
 
 class GraphLowering:
@@ -196,9 +200,11 @@ class GraphLowering:
         metas = [self.meta(v) if isinstance(v, torch.fx.Node) else v
                  for v in _flat_outputs(next(iter(reversed(self.gm.graph.nodes))).args[0])]
         self.steps = fuse_pointwise_launches(fuse_sibling_reductions(self.steps))
+        writebacks = sorted(self.writebacks.items(), key=lambda kv: kv[0])
+        aliases = inplace_writebacks(self.steps, writebacks, {
+            s.index: s.buffer for s in self.inputs if s.index >= 0 and not s.scalar})
         return LoweredGraph(self.buffers, self.steps, self.inputs, outputs, metas, self.fallbacks,
-                            self.constants, sorted(self.writebacks.items(), key=lambda kv: kv[0]),
-                            self.size_asserts)
+                            self.constants, writebacks, self.size_asserts, aliases)
 
     def _placeholder(self, node: torch.fx.Node, index: int, example_inputs: list[Any]) -> Any:
         val = self.meta(node)

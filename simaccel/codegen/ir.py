@@ -117,10 +117,10 @@ def count_ops(expr: Expr, limit: int = 1000) -> int:
     return len(seen)
 
 
-def buffers_read(exprs: list[Expr]) -> list[str]:
-    """Names of the buffers the expressions load from, in first-seen order."""
+def loads(exprs: list[Expr]) -> list[Load]:
+    """Every load in the expressions (each node once), in first-seen order."""
     seen: set[int] = set()
-    names: dict[str, None] = {}
+    found: list[Load] = []
     stack = list(exprs)
     while stack:
         node = stack.pop()
@@ -128,9 +128,14 @@ def buffers_read(exprs: list[Expr]) -> list[str]:
             continue
         seen.add(id(node))
         if isinstance(node, Load):
-            names[node.buffer] = None
+            found.append(node)
         stack.extend(node.children())
-    return list(names)
+    return found
+
+
+def buffers_read(exprs: list[Expr]) -> list[str]:
+    """Names of the buffers the expressions load from, in first-seen order."""
+    return list(dict.fromkeys(load.buffer for load in loads(exprs)))
 
 
 class StructuralKeys:

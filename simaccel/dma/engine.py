@@ -26,6 +26,7 @@ once. A bad pair stops its batch; what moved before it stays placed, traced and 
 """
 from __future__ import annotations
 
+import functools
 import numbers
 import os
 import threading
@@ -88,6 +89,48 @@ class Completion:
     def wait(self) -> float:
         """Block until the transfer is complete (it already is); returns ``end_ns``."""
         return self.end_ns
+
+
+def _copy_plain(srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray | None],
+                labels: Sequence[str], moved: list[tuple[int, bool, bool, Any]]) -> None:
+    """Move a batch with nothing staged or mapped (the common call), appending each
+    pair's (bytes, staged, mapped, strided) to ``moved`` as it goes."""
+    for src, dst, label in zip(srcs, dsts, labels):
+        if src.shape == dst.shape and src.dtype == dst.dtype:  # type: ignore[union-attr]
+            dst[...] = src  # type: ignore[index]
+        else:
+            copy_array(src, dst, False, label)  # type: ignore[arg-type]
+        moved.append((dst.nbytes, False, False, None if src.flags.c_contiguous  # type: ignore[union-attr]
+                      else (src.shape, src.strides)))
+
+
+def _copy_each(srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray | None],
+               labels: Sequence[str], staged: Sequence[bool] | None,
+               mapped: Sequence[bool] | None, moved: list[tuple[int, bool, bool, Any]]) -> None:
+    """Move a batch pair by pair, staging where ``staged`` says and checking (not moving)
+    the mapped reads; appends to ``moved`` as :func:`_copy_plain` does."""
+    for done, src in enumerate(srcs):
+        is_staged = staged is not None and staged[done]
+        if mapped is not None and mapped[done]:
+            moved.append((_mapped_read_bytes(src, is_staged, labels[done]), is_staged,
+                          True, None))
+            continue
+        dst = dsts[done]
+        copy_array(src, dst, is_staged, labels[done])  # type: ignore[arg-type]
+        moved.append((dst.nbytes, is_staged, False, None if src.flags.c_contiguous  # type: ignore[union-attr]
+                      else (src.shape, src.strides)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_of(kind: str, labels: tuple[str, ...], mapped: tuple[bool, ...]) -> tuple[str, ...]:
+    return tuple((kind + " " + label if label else kind) + (" (mapped)" if is_mapped else "")
+                 for label, is_mapped in zip(labels, mapped))
+
+
+def _span_names(kind: str, labels: tuple[str, ...], moved: list) -> tuple[str, ...]:
+    """The spans' names of a batch (``"h2d buf3"``, ``"h2d x (mapped)"``); a program's
+    batches repeat theirs every call, so they are made once."""
+    return _names_of(kind, labels, tuple(m[2] for m in moved))
 
 
 def _trace_args(facts: tuple) -> dict[str, Any]:
@@ -288,16 +331,10 @@ class DmaEngine:
         # on every graph call, with a few dozen pairs.
         moved: list[tuple[int, bool, bool, Any]] = []  # (bytes, staged, mapped, strided)
         try:
-            for done, src in enumerate(srcs):
-                is_staged = staged is not None and staged[done]
-                if mapped is not None and mapped[done]:
-                    moved.append((_mapped_read_bytes(src, is_staged, labels[done]), is_staged,
-                                  True, None))
-                    continue
-                dst = dsts[done]
-                copy_array(src, dst, is_staged, labels[done])
-                moved.append((dst.nbytes, is_staged, False, None if src.flags.c_contiguous
-                              else (src.shape, src.strides)))
+            if mapped is None and not (staged and any(staged)):
+                _copy_plain(srcs, dsts, labels, moved)
+            else:
+                _copy_each(srcs, dsts, labels, staged, mapped, moved)
         finally:  # what moved before a bad pair is placed, traced and counted
             end = self._place(kind, keys, labels, moved, not_before_ns, placed, stats)
         return end
@@ -313,29 +350,27 @@ class DmaEngine:
         times = self._clock.reserve_round_robin(
             self._channel_tracks, self._next_channel,
             [latency + m[0] / bandwidth for m in moved], not_before_ns)
-        spans = []
-        end = not_before_ns
-        nbytes_total = staged_bytes = bursts_total = mapped_bytes = mapped_reads = 0
-        for (nbytes, is_staged, is_mapped, strided), label, (channel, start, stop) in zip(
-                moved, labels, times):
-            bursts = -(-nbytes // burst)
-            name = kind + " " + label if label else kind
-            spans.append((name + " (mapped)" if is_mapped else name, kind, channel, start,
-                          stop - start, (nbytes, kind, bursts, channel, is_staged, strided,
-                                         is_mapped)))
-            if placed is not None:
-                placed.append((channel, start, stop, bursts))
-            end = stop if stop > end else end
-            nbytes_total += nbytes
-            bursts_total += bursts
-            staged_bytes += nbytes if is_staged else 0
+        channels, starts, ends = zip(*times)
+        bursts = [-(-m[0] // burst) for m in moved]
+        # one trace entry and one count per batch: the spans' names and args are made
+        # when the trace is read (this runs on every call)
+        self._trace.record_batch((
+            kind, _span_names(kind, tuple(labels[:len(moved)]), moved), channels, starts, ends,
+            tuple([(m[0], kind, b, c, m[1], m[3], m[2])
+                   for m, b, c in zip(moved, bursts, channels)])))
+        if placed is not None:
+            placed += zip(channels, starts, ends, bursts)
+        last = channels[-1]
+        self._next_channel = last + 1 if last + 1 < self.channels else 0
+        staged_bytes = mapped_bytes = mapped_reads = 0
+        for nbytes, is_staged, is_mapped, _ in moved:
+            if is_staged:
+                staged_bytes += nbytes
             if is_mapped:
                 mapped_bytes, mapped_reads = mapped_bytes + nbytes, mapped_reads + 1
-        self._trace.record_spans(spans)
-        self._next_channel = channel + 1 if channel + 1 < self.channels else 0
-        _count(self._stats if stats is None else stats, keys, len(moved), nbytes_total,
-               bursts_total, staged_bytes, mapped_bytes, mapped_reads)
-        return end
+        _count(self._stats if stats is None else stats, keys, len(moved),
+               sum(m[0] for m in moved), sum(bursts), staged_bytes, mapped_bytes, mapped_reads)
+        return max(not_before_ns, max(ends))
 
     def schedule_compute(self, name: str, duration_ns: float, not_before_ns: float = 0.0,
                          *, args: dict[str, Any] | None = None) -> tuple[float, float]:

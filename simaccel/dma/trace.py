@@ -9,6 +9,7 @@ import collections
 import json
 import os
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, Callable
 
 #: Process id used for every event: one simulated device.
@@ -37,6 +38,21 @@ class TraceEvent:
 RawEvent = tuple[str, str, int, float, float, Any]
 
 
+#: The spans of one scatter-gather submit as one ring entry (the DMA engine records one
+#: per submit, on every call's hot path; spans are made when the trace is read):
+#: (cat, names, tids, starts_ns, ends_ns, args), each a tuple with an item per span.
+#: Plain tuples of numbers and strings, like :data:`RawEvent`, so the ring stays
+#: invisible to the garbage collector.
+SpanBatch = tuple[str, tuple, tuple, tuple, tuple, tuple]
+
+
+def batch_spans(batch: SpanBatch) -> list[RawEvent]:
+    """The spans of a :data:`SpanBatch`."""
+    cat, names, tids, starts, ends, args = batch
+    return [(name, cat, tid, start, end - start, arg)
+            for name, tid, start, end, arg in zip(names, tids, starts, ends, args)]
+
+
 class TraceRecorder:
     """A bounded ring of trace events plus the names of the tracks (not thread safe; the
     engine holds its lock around every call)."""
@@ -46,14 +62,18 @@ class TraceRecorder:
         if max_events <= 0:
             raise ValueError(f"max_events must be positive, got {max_events}")
         self.track_names = list(track_names)
-        self._events: collections.deque[RawEvent] = collections.deque(maxlen=max_events)
+        self.max_events = max_events
+        #: spans (6-tuples) and span batches (:data:`SpanBatch`, 6-tuples whose second
+        #: item is a tuple), oldest first; ``_held`` spans in all
+        self._events: collections.deque[RawEvent | SpanBatch] = collections.deque()
+        self._held = 0
         self._recorded = 0  # since the last clear; the ring holds the newest of them
         self._decode_args = decode_args
 
     @property
     def dropped(self) -> int:
         """Events recorded since the last :meth:`clear` that the ring no longer holds."""
-        return self._recorded - len(self._events)
+        return self._recorded - self._held
 
     def record(self, event: TraceEvent) -> None:
         """Append an event, dropping the oldest when the ring is full."""
@@ -66,16 +86,32 @@ class TraceRecorder:
         ``decode_args`` expands when the trace is read (it must not hold arrays: the ring
         outlives the call)."""
         self._events.append((name, cat, tid, start_ns, dur_ns, args))
-        self._recorded += 1
+        self._added(1)
 
-    def record_spans(self, spans: list[RawEvent]) -> None:
-        """Append several spans at once (each as :meth:`record_span`'s arguments)."""
-        self._events.extend(spans)
-        self._recorded += len(spans)
+    def record_batch(self, batch: SpanBatch) -> None:
+        """Append the spans of one submit as one entry (see :data:`SpanBatch`)."""
+        self._events.append(batch)
+        self._added(len(batch[2]))
+
+    def _added(self, count: int) -> None:
+        """Count ``count`` new spans; drop the oldest entries past ``max_events`` spans
+        (a batch goes whole, so the ring may hold fewer spans than that)."""
+        self._recorded += count
+        self._held += count
+        events = self._events
+        while self._held > self.max_events:
+            oldest = events.popleft()
+            self._held -= len(oldest[2]) if type(oldest[1]) is tuple else 1
 
     def events(self) -> list[TraceEvent]:
         """The retained events, oldest first."""
-        return [self._event(raw) for raw in self._events]
+        raws: list[RawEvent] = []
+        for entry in self._events:
+            if type(entry[1]) is tuple:
+                raws += batch_spans(entry)  # type: ignore[arg-type]
+            else:
+                raws.append(entry)
+        return [self._event(raw) for raw in raws]
 
     def _event(self, raw: RawEvent) -> TraceEvent:
         name, cat, tid, start_ns, dur_ns, args = raw
@@ -89,7 +125,7 @@ class TraceRecorder:
     def clear(self) -> None:
         """Forget every event."""
         self._events.clear()
-        self._recorded = 0
+        self._held = self._recorded = 0
 
     def to_chrome_trace(self, pid: int = TRACE_PID,
                         process_name: str = "simaccel device") -> dict[str, Any]:

@@ -43,28 +43,77 @@ class LaunchGroup:
         """A zero-argument launch of every part on ``args`` (``addresses``: the data
         address of each buffer argument, as for one kernel)."""
         calls = tuple(self._calls(args, addresses))
+        recorded = self._recordable(args, addresses)
+        if recorded is None:
+            def launch() -> None:
+                for call in calls:
+                    call()
+            return launch
+        return _RecordedLaunch(calls, *recorded)
 
-        def launch() -> None:
-            for call in calls:
-                call()
-        return launch
+    def _recordable(self, args: Sequence[Any], addresses: Sequence[int | None] | None
+                    ) -> tuple[Callable[..., Any], list] | None:
+        """(command-list builder, each part's (entry, C arguments)) when every part is
+        a native kernel, else None."""
+        if not all(hasattr(p.fn, "native_call") for p in self.parts):
+            return None
+        calls = []
+        for part, own, own_addresses in self._slices(args, addresses):
+            calls.append(part.fn.native_call(*own, addresses=own_addresses))
+        return type(self.parts[0].fn).command_list, calls
 
     def _calls(self, args: Sequence[Any], addresses: Sequence[int | None] | None
                ) -> list[Callable[[], Any]]:
         """Each part bound to its slice of ``args``."""
+        return [bind_launch(part.fn, own, own_addresses)
+                for part, own, own_addresses in self._slices(args, addresses)]
+
+    def _slices(self, args: Sequence[Any], addresses: Sequence[int | None] | None
+                ) -> list[tuple[GroupPart, list[Any], list[int | None] | None]]:
+        """(part, its arguments, their addresses) for each part."""
         n_buffers = sum(p.buffers for p in self.parts)
         n_params = sum(p.params for p in self.parts)
         buffers, params, slots = (args[:n_buffers], args[n_buffers:n_buffers + n_params],
                                   args[n_buffers + n_params:])
-        calls = []
+        slices = []
         b = q = s = 0
         for part in self.parts:
             own = [*buffers[b:b + part.buffers], *params[q:q + part.params],
                    *slots[s:s + part.slots]]
             own_addresses = None if addresses is None else list(addresses[b:b + part.buffers])
-            calls.append(bind_launch(part.fn, own, own_addresses))
+            slices.append((part, own, own_addresses))
             b, q, s = b + part.buffers, q + part.params, s + part.slots
-        return calls
+        return slices
+
+
+class _RecordedLaunch:
+    """A group's launch that becomes one native command list once it has run
+    :data:`RECORD_AFTER` times on the same arguments (building one costs a few ms, so a
+    launch bound for one call, such as a new size tuple's, never pays it). ``calls``: the
+    parts' own launches until then; ``build`` and ``entries``: the command list's."""
+
+    __slots__ = ("calls", "build", "entries", "runs", "recorded", "__weakref__")
+
+    def __init__(self, calls: tuple[Callable[[], Any], ...], build: Callable[..., Any],
+                 entries: list):
+        self.calls, self.build, self.entries = calls, build, entries
+        self.runs = 0
+        self.recorded: Callable[[], None] | None = None
+
+    def __call__(self) -> None:
+        recorded = self.recorded
+        if recorded is not None:
+            recorded()
+            return
+        for call in self.calls:
+            call()
+        self.runs += 1
+        if self.runs >= RECORD_AFTER:
+            self.recorded = self.build(self.entries)
+
+
+#: launches of a bound group before it is recorded as a native command list
+RECORD_AFTER = 3
 
 
 def bind_launch(fn: Callable[..., Any], args: list[Any],

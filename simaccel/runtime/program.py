@@ -63,6 +63,9 @@ class Program:
                                    for p in spec.inputs_placed(Placement.BANK)],
                                   len(spec.symbols))
         self._resident_inputs = spec.inputs_placed(Placement.RESIDENT)
+        #: resident inputs the program writes in place (an input mutation)
+        self._resident_written = tuple(p for p in self._resident_inputs
+                                       if p.index in spec.writebacks)
         #: the inputs moved in on every call (copied or mapped), in argument order
         self._streamed = spec.inputs_placed(Placement.COPIED, Placement.MAPPED)
         self._streamed_labels = [p.buffer for p in self._streamed]
@@ -145,13 +148,16 @@ class Program:
 
     def run(self, args: list[Any], host_outputs: list[np.ndarray | None],
             resident_keys: dict[int, Any] | None = None,
-            data_ptrs: list[int] | None = None, layout: SizedLayout | None = None) -> None:
+            data_ptrs: list[int] | None = None, layout: SizedLayout | None = None,
+            after_keys: dict[int, Any] | None = None) -> None:
         """Execute once: ``args`` are host arrays / Python scalars by argument index;
         each tensor output is copied into ``host_outputs[k]``. ``resident_keys`` identify
         the current contents of resident inputs (same key: no upload). ``data_ptrs``: the
         address of each tensor argument's first element (bytes), where the caller knows it
         cheaply; read from the arrays otherwise. ``layout``: :meth:`layout_for` of ``args``
-        when the caller has it already."""
+        when the caller has it already. ``after_keys``: the keys the resident inputs the
+        program writes in place will have at the next call (their device copy holds the
+        value written back); a failed call forgets them, so they upload again."""
         device = self.device
         layout = layout or self.layout_for(args)
         with self._lock:
@@ -159,10 +165,18 @@ class Program:
                 self._ensure_resident()
             ready = (self._upload_resident(args, resident_keys, layout)
                      if self._resident_inputs else 0.0)
-            bound = self._bind_workspace(self._workspace(layout.plan.total_bytes), layout)
-            ready = max(ready, self._upload(bound, args, data_ptrs))
-            end = self._launch_all(bound, ready)
-            self._download(bound, host_outputs, end, data_ptrs)
+            try:
+                bound = self._bind_workspace(self._workspace(layout.plan.total_bytes), layout)
+                ready = max(ready, self._upload(bound, args, data_ptrs))
+                end = self._launch_all(bound, ready)
+                self._download(bound, host_outputs, end, data_ptrs)
+            except BaseException:
+                for plan in self._resident_written:
+                    self._state.keys.pop(plan.buffer, None)
+                raise
+            if after_keys:
+                for plan in self._resident_written:
+                    self._state.keys[plan.buffer] = after_keys.get(plan.index)
         device.count_call(self._launches_per_call, self._kernel_wall_ns)
 
     def _workspace(self, nbytes: int) -> Block:

@@ -37,3 +37,44 @@ def test_zero_d_tensors_outside_the_bank_stay_arrays() -> None:
     host, _ = _host_arrays([half], frozenset({0}))
     assert isinstance(host[0], np.ndarray) and host[0].dtype == np.int16
     assert host[0].view(np.float16) == 1.5
+
+
+def test_a_static_address_input_keeps_its_view_while_it_is_the_same_memory() -> None:
+    """StaticViews: the same tensor at the same address, sizes and strides reuses its
+    view (so it sees in-place updates); another tensor, or the same one re-pointed by
+    ``set_``, gets a view of its own memory."""
+    from simaccel.compiled import StaticViews
+    kept = StaticViews({0})
+    p = torch.nn.Parameter(torch.arange(6, dtype=torch.float32))
+    first, ptr = kept.host_array(0, p)
+    again, _ = kept.host_array(0, p)
+    assert again is first and ptr == p.data_ptr()
+    with torch.no_grad():
+        p.add_(1)
+    assert again[0] == 1.0  # a view of the parameter's memory
+    q = torch.nn.Parameter(torch.zeros(6))
+    assert kept.host_array(0, q)[0] is not first
+    with torch.no_grad():
+        p.set_(torch.full((2, 3), 7.0))
+    view, ptr = kept.host_array(0, p)
+    assert view.shape == (2, 3) and view[0, 0] == 7.0 and ptr == p.data_ptr()
+
+
+def test_an_optimizer_step_reads_its_state_through_kept_views_and_equals_eager() -> None:
+    import simaccel
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(4, 4)) for _ in range(3)]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=False)
+    ref_opt = torch.optim.SGD(ref, lr=0.1, momentum=0.9, foreach=False)
+    torch._dynamo.reset()
+    step = torch.compile(opt.step, backend="simaccel")
+    for i in range(6):  # new gradients every step, as training gives
+        for p, r in zip(params, ref):
+            p.grad = torch.randn_like(p)
+            r.grad = p.grad.clone()
+        (step if i else opt.step)()
+        ref_opt.step()
+    for p, r in zip(params, ref):
+        torch.testing.assert_close(p, r, rtol=1e-5, atol=1e-6)
+    assert simaccel.get_device().runtime_stats()["kernel_launches"] > 0

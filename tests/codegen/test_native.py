@@ -168,3 +168,34 @@ def test_warm_process_runs_without_importing_numba(tmp_path):
     second = _run_program(tmp_path)
     assert second["kernel_cache_hits"] == first["kernels_compiled"]
     assert second["kernel_launches"] > 0 and not second["numba"]
+
+
+def test_a_launch_group_of_native_kernels_becomes_one_command_list(tmp_path):
+    """After :data:`RECORD_AFTER` launches a group of native kernels runs as one native
+    call with the same results, its parts in order (the second reads the first's)."""
+    from simaccel.runtime import group as launch_group
+    KernelCache(tmp_path).load(SOURCE, SIG)
+    fn = KernelCache(tmp_path).load(SOURCE, SIG).fn
+    assert isinstance(fn, native.NativeKernel)
+    a = np.linspace(-2, 2, 9, dtype=np.float32)
+    mid, out = np.zeros_like(a), np.zeros_like(a)
+    group = launch_group.LaunchGroup([launch_group.GroupPart(fn, 2, 1, 0),
+                                      launch_group.GroupPart(fn, 2, 1, 0)])
+    launch = group.bind(mid, a, out, mid, 9, 9)
+    for _ in range(launch_group.RECORD_AFTER + 2):
+        out[:] = 0
+        launch()
+    assert launch.recorded is not None  # the last launches ran the command list
+    ref_mid, ref_out = np.zeros_like(a), np.zeros_like(a)
+    fn(ref_mid, a, 9)
+    fn(ref_out, ref_mid, 9)
+    np.testing.assert_array_equal(out, ref_out)  # the same machine code, in order
+
+
+def test_command_list_ir_calls_each_entry_with_its_constant_arguments():
+    import ctypes
+    ir = native._command_list_ir([(4096, (ctypes.c_void_p(64), ctypes.c_int64(7))),
+                                  (8192, (ctypes.c_void_p(None), ctypes.c_int64(3)))])
+    assert "call i32 %f0(ptr inttoptr (i64 64 to ptr), i64 7)" in ir
+    assert "call i32 %f1(ptr inttoptr (i64 0 to ptr), i64 3)" in ir
+    assert ir.count("ret i32 %r") == 2 and ir.rstrip().endswith("}")

@@ -45,3 +45,25 @@ def test_trace_ring_is_bounded():
     eng.reset_stats()
     eng.schedule_compute("k8", 1.0)
     assert eng.chrome_trace()["otherData"]["dropped_events"] == 0
+
+
+def test_a_submit_is_one_ring_entry_invisible_to_the_garbage_collector():
+    """copy_many records its batch as one entry of plain tuples (spans made when read),
+    and the ring bound counts spans: a batch that no longer fits is dropped whole."""
+    import gc
+
+    import numpy as np
+    eng = DmaEngine(channels=2, burst_bytes=64, bandwidth_gbps=1.0, latency_ns=0.0,
+                    max_trace_events=7)
+    srcs = [np.arange(8, dtype=np.float32) + i for i in range(3)]
+    dsts = [np.empty(8, np.float32) for _ in srcs]
+    for _ in range(3):
+        eng.copy_many("h2d", srcs, dsts, ["a", "b", "c"])
+    events = eng.trace_events()
+    assert [e.name for e in events] == ["h2d a", "h2d b", "h2d c"] * 2
+    assert [e.tid for e in events[:3]] == [1, 0, 1]  # the round robin goes on across submits
+    assert events[0].args["bytes"] == 32
+    assert eng.chrome_trace()["otherData"]["dropped_events"] == 3
+    for _ in range(3):  # a collection untracks one level of nested tuples
+        gc.collect()
+    assert not any(gc.is_tracked(entry) for entry in eng._trace._events)

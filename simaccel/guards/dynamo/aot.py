@@ -160,3 +160,20 @@ def frame_compile_seconds() -> dict[str, list[float]]:
     from torch._dynamo.utils import compilation_time_metrics
     return {name: list(compilation_time_metrics.get(key, ()))
             for key, name in FRAME_TIMERS.items()}
+
+
+def version_bumped_inputs(graph: torch.fx.GraphModule) -> frozenset[int] | None:
+    """The inputs (placeholder positions) of the graph AOTAutograd is compiling whose
+    version counter its runtime wrapper increments before each call (input mutations
+    kept in the graph that autograd sees); None when AOTAutograd's metadata does not line
+    up with the graph's inputs (then the caller assumes nothing). Call it inside the
+    forward or inference compiler; the metadata (``ViewAndMutationMeta``) is private."""
+    from torch._guards import TracingContext
+    meta = getattr(TracingContext.try_get(), "fw_metadata", None)
+    placeholders = sum(1 for n in graph.graph.nodes if n.op == "placeholder")
+    if meta is None or len(getattr(meta, "input_info", ())) != placeholders:
+        return None
+    try:
+        return frozenset(meta.mutated_graph_handled_indices_seen_by_autograd)
+    except AttributeError:
+        return None

@@ -59,6 +59,7 @@ REQUIRED_INTERNALS: tuple[tuple[str, str], ...] = (
     ("torch._functorch._aot_autograd.schemas", "ViewAndMutationMeta"),
     ("torch._guards", "TracingContext.try_get"),
     ("torch._guards", "detect_fake_mode"),
+    ("torch._functorch._aot_autograd.schemas", "ViewAndMutationMeta"),
     ("torch._decomp", "_core_aten_decompositions_post_autograd"),
     ("torch._logging._internal", "register_log"),
     ("torch._dynamo.symbolic_convert", "InstructionTranslator.run"),
