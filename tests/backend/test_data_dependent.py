@@ -19,6 +19,8 @@ from tests.conftest import REDUCTION_TOL
 #: input sizes of the calls; the data (and so every count) differs per call
 SIZES = (6, 9, 13)
 
+#: (``x[x > 0]`` alone and ``nonzero(x > 0)`` are covered by ``two_masks``, the
+#: one-compile test and ``nonzero_2d``)
 CASES: dict[str, tuple[Callable[..., Any], Callable[[int], tuple]]] = {
     "item_as_size": (lambda x: torch.zeros(int((x > 0).sum().item())) + 1,
                      lambda n: (torch.randn(n),)),
@@ -27,14 +29,12 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[int], tuple]]] = {
                        lambda n: (torch.randn(n),)),
     "int_item_returned": (lambda x: ((x > 0).sum().item(), x + 1),
                           lambda n: (torch.randn(n),)),
-    "mask": (lambda x: x[x > 0] * 2, lambda n: (torch.randn(n),)),
     "mask_2d": (lambda x: x[x > 0] + 1, lambda n: (torch.randn(n, 5),)),
     "mask_rows": (lambda x: x[x[:, 0] > 0] * 2, lambda n: (torch.randn(n, 5),)),
     "mask_after_slice": (lambda x: x[:, x[0] > 0], lambda n: (torch.randn(3, n),)),
     "mask_empty": (lambda x: x[x > 100] * 2, lambda n: (torch.randn(n),)),
     "two_masks": (lambda x: (x[x > 0].sum(), x[x < 0].mean()), lambda n: (torch.randn(n),)),
     "int_mask": (lambda x: x[x % 2 == 0] // 2, lambda n: (torch.arange(n),)),
-    "nonzero": (lambda x: torch.nonzero(x > 0), lambda n: (torch.randn(n),)),
     "nonzero_2d": (lambda x: torch.nonzero(x), lambda n: (torch.randn(n, 4).clamp(min=0),)),
     "masked_select": (lambda x: torch.masked_select(x, x > 0.5), lambda n: (torch.randn(n, 3),)),
 }
