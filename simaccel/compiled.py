@@ -58,7 +58,7 @@ class CompiledGraph:
                                    and i not in version_bumped)
         #: resident inputs the program writes in place: their device copy is the new value
         #: after a call, still valid at the next if their version moved by that one bump
-        self._resident_written = tuple(i for i in self.resident if i in self._writebacks)
+        self._resident_written = program.resident_written
 
     def __call__(self, args: list[Any]) -> list[Any]:
         keys = {i: _content_key(args[i]) for i in self.resident} if self.resident else None

@@ -11,10 +11,11 @@ is split where such a size is made:
 * host steps: the op that makes the size, and the size arithmetic and runtime asserts
   on it. ``.item()`` of a value a device stage computed is a readback: the stage's
   output comes device to host (counted by the DMA engine like every download) and the
-  host reads the number (``device.runtime_stats()["size_readbacks"]``). An op whose
-  output size is its data (a boolean mask's ``index``, ``nonzero``, ``unique``) runs
-  on the host, its inputs downloaded by the stage before and its output uploaded by
-  the stage after, and is reported with that reason and counted as a host fallback op.
+  host reads the number (``device.runtime_stats()["size_readbacks"]``). ``nonzero`` and
+  boolean masks are first given such a count (:mod:`simaccel.count_sizes`), so they run
+  on the device. An op no kernel can size (``unique``) runs on the host, its inputs
+  downloaded by the stage before and its output uploaded by the stage after, reported
+  with that reason and counted as a host fallback op.
 
 Each node goes to the earliest place its inputs allow (:func:`split_stages`), so the
 work that does not depend on a data-dependent size runs in the first device stage.
@@ -31,6 +32,9 @@ import torch.fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from simaccel.count_sizes import count_on_device, size_inputs
+from simaccel.errors import UnsupportedOpError
+from simaccel.input_plan import InputFacts
+from simaccel.report import CompileReport, add_report
 from simaccel.runtime.device import get_device
 
 #: ops a host step runs because their result is a number the host reads
@@ -171,18 +175,15 @@ class StagedGraph:
     _boxed_call = True
 
     def __init__(self, gm: torch.fx.GraphModule, stages: Sequence[CompiledStage],
-                 report: Any):
+                 report: Any, host_ops: int, readbacks: int):
         self.stages = list(stages)
         self.report = report
         self._placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self._constants = {n: _attr(gm, n.target) for n in gm.graph.nodes
                            if n.op == "get_attr"}
         self._returned = _output_node(gm).args[0]
-        self._host_ops = sum(1 for s in self.stages if s.run is None
-                             for n in s.stage.nodes if makes_size(n)
-                             and n.target not in READBACK_OPS)
-        self._readbacks = sum(1 for s in self.stages if s.run is None
-                              for n in s.stage.nodes if n.target in READBACK_OPS)
+        #: per call: host fallback ops and readbacks its host steps run
+        self._host_ops, self._readbacks = host_ops, readbacks
 
     def __call__(self, args: list[Any]) -> list[Any]:
         env: dict[torch.fx.Node, Any] = dict(zip(self._placeholders, args))
@@ -231,14 +232,12 @@ def compile_staged(gm: torch.fx.GraphModule, facts: Sequence[Any], compile_stage
     ``compile_stage`` and report the host steps. ``facts``: the graph inputs'
     :class:`~simaccel.input_plan.InputFacts`, passed on to the stages that take them;
     ``fallback``: the backend's option (``"error"``: a host op raises instead)."""
-    from simaccel.errors import UnsupportedOpError
-    from simaccel.input_plan import InputFacts
-    from simaccel.report import CompileReport, add_report
     position = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
     count_on_device(gm)
     stages = split_stages(gm)
-    host_ops = [(n.name, _host_reason(n)) for s in stages if not s.on_device
-                for n in s.nodes if makes_size(n) and n.target not in READBACK_OPS]
+    made_on_host = [n for s in stages if not s.on_device for n in s.nodes if makes_size(n)]
+    host_ops = [(n.name, _host_reason(n)) for n in made_on_host
+                if n.target not in READBACK_OPS]
     if host_ops and fallback == "error":
         raise UnsupportedOpError(host_ops[0][0], host_ops[0][1])
     compiled = []
@@ -255,7 +254,8 @@ def compile_staged(gm: torch.fx.GraphModule, facts: Sequence[Any], compile_stage
                            ops=sum(1 for n in gm.graph.nodes if n.op == "call_function"),
                            stages=[_describe(s) for s in stages])
     add_report(report)
-    return StagedGraph(gm, compiled, report)
+    return StagedGraph(gm, compiled, report, len(host_ops),
+                       len(made_on_host) - len(host_ops))
 
 
 def _host_reason(node: torch.fx.Node) -> str:

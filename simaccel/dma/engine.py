@@ -96,12 +96,8 @@ def _copy_plain(srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray | None],
     """Move a batch with nothing staged or mapped (the common call), appending each
     pair's (bytes, staged, mapped, strided) to ``moved`` as it goes."""
     for src, dst, label in zip(srcs, dsts, labels):
-        if src.shape == dst.shape and src.dtype == dst.dtype:  # type: ignore[union-attr]
-            dst[...] = src  # type: ignore[index]
-        else:
-            copy_array(src, dst, False, label)  # type: ignore[arg-type]
-        moved.append((dst.nbytes, False, False, None if src.flags.c_contiguous  # type: ignore[union-attr]
-                      else (src.shape, src.strides)))
+        copy_array(src, dst, False, label)  # type: ignore[arg-type]
+        moved.append(_copied(src, dst, False))  # type: ignore[arg-type]
 
 
 def _copy_each(srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray | None],
@@ -117,8 +113,13 @@ def _copy_each(srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray | None],
             continue
         dst = dsts[done]
         copy_array(src, dst, is_staged, labels[done])  # type: ignore[arg-type]
-        moved.append((dst.nbytes, is_staged, False, None if src.flags.c_contiguous  # type: ignore[union-attr]
-                      else (src.shape, src.strides)))
+        moved.append(_copied(src, dst, is_staged))  # type: ignore[arg-type]
+
+
+def _copied(src: np.ndarray, dst: np.ndarray, staged: bool) -> tuple[int, bool, bool, Any]:
+    """A copied pair's (bytes, staged, mapped, strided source's shape and strides)."""
+    return (dst.nbytes, staged, False,
+            None if src.flags.c_contiguous else (src.shape, src.strides))
 
 
 @functools.lru_cache(maxsize=4096)

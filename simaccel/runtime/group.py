@@ -92,7 +92,7 @@ class _RecordedLaunch:
     launch bound for one call, such as a new size tuple's, never pays it). ``calls``: the
     parts' own launches until then; ``build`` and ``entries``: the command list's."""
 
-    __slots__ = ("calls", "build", "entries", "runs", "recorded", "__weakref__")
+    __slots__ = ("calls", "build", "entries", "runs", "recorded")
 
     def __init__(self, calls: tuple[Callable[[], Any], ...], build: Callable[..., Any],
                  entries: list):

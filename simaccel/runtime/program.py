@@ -109,6 +109,11 @@ class Program:
         return frozenset(p.index for p in self.spec.inputs_placed(Placement.BANK))
 
     @property
+    def resident_written(self) -> tuple[int, ...]:
+        """Argument indices of the resident inputs the program writes in place."""
+        return tuple(p.index for p in self._resident_written)
+
+    @property
     def resident_inputs(self) -> frozenset[int]:
         """Argument indices of the inputs kept resident on the device."""
         return frozenset(p.index for p in self._resident_inputs)
