@@ -5,6 +5,8 @@
 * ``SIMACCEL_BENCH_QUICK=1``: tiny kernel sizes and compile-time runs for simaccel only;
   with ``--benchmark-disable -k "not inductor"`` the whole suite is a ~1 minute smoke test.
 * ``SIMACCEL_BENCH_THREADS=N``: torch and numba compute threads (default: their own).
+* ``SIMACCEL_TIER0=0`` in this process: timed calls run compiled kernels only; the first
+  calls in new processes start in tier 0 as a user's do (``coldstart.cache_env``).
 * Every benchmark sets ``extra_info["backend"]``; the table compares each backend with the
   baseline of its group measured in the same run (see :func:`baseline_of`).
 """
@@ -26,6 +28,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # in the checkout (next to simaccel/codegen/kernel_lib.py); numba reads it at import.
     for var in ("SIMACCEL_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "NUMBA_CACHE_DIR"):
         os.environ.setdefault(var, tempfile.mkdtemp(prefix=f"simaccel-bench-{var[:8].lower()}-"))
+    os.environ["SIMACCEL_TIER0"] = "0"
     threads = os.environ.get("SIMACCEL_BENCH_THREADS")
     if threads:
         import numba

@@ -14,6 +14,7 @@ from simaccel.report import CompileReport, clear_reports, reports
 from simaccel.runtime.config import DeviceConfig
 from simaccel.runtime.device import Device, configure, get_device
 from simaccel.timers import compile_times
+from simaccel.codegen.tiered import wait_for_kernels  # noqa: E402 - after torch's prims load
 
 __version__ = "0.1.0"
 
@@ -21,7 +22,7 @@ __version__ = "0.1.0"
 register_torch_logs()
 
 __all__ = ["CompileReport", "Device", "DeviceConfig", "Guard", "clear_reports", "compile_times",
-           "configure", "errors", "explain", "get_device", "reports"]
+           "configure", "errors", "explain", "get_device", "reports", "wait_for_kernels"]
 
 
 def explain(fn, *args, **kwargs) -> list[CompileReport]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import os
 import time
 from typing import Any, Callable
 
@@ -73,6 +74,13 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
 _GRAPH_IDS = itertools.count()
 
 
+def tier0_enabled(options: Options) -> bool | str:
+    """The ``tier0`` option, or by default ``SIMACCEL_TIER0`` (on unless "0")."""
+    if options.tier0 is not None:
+        return options.tier0
+    return os.environ.get("SIMACCEL_TIER0", "1").strip() != "0"
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: Options,
                   kind: str, facts: list[InputFacts], guard_report: Any = None,
                   size_bounds: dict[str, int] | None = None,
@@ -102,7 +110,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
             inputs = plan_inputs(lowered, facts, example_inputs, config.alignment,
                                  config.host_map_min_bytes, version_bumped is not None)
         assemble_start = time.perf_counter()
-        result = assemble(lowered, inputs, device, name, size_bounds)
+        result = assemble(lowered, inputs, device, name, size_bounds, tier0_enabled(options))
         kernels_ms = sum(k.compile_ms for k in result.kernels) + result.pool_ms
         timer.add("kernels", kernels_ms)
         timer.add("assemble", (time.perf_counter() - assemble_start) * 1e3 - kernels_ms)

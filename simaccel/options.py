@@ -12,7 +12,7 @@ from typing import Any
 from simaccel.errors import InvalidOptionError
 from simaccel.guards.policy import SourcePattern
 
-VALID_OPTIONS = ("lift", "keep", "fallback", "guards", "shape_buckets")
+VALID_OPTIONS = ("lift", "keep", "fallback", "guards", "shape_buckets", "tier0")
 FALLBACK_MODES = ("host", "error")
 #: the special ``lift`` strings; any other string is one source pattern.
 LIFT_MODES = ("auto", "off")
@@ -23,13 +23,19 @@ class Options:
     """Backend options, validated. ``lift``: "auto", "off" or a tuple of source patterns;
     ``keep``: patterns never lifted; ``fallback``: "host" or "error"; ``guards``:
     extra :class:`simaccel.Guard` objects; ``shape_buckets``: None, "pow2" or a tuple of
-    bucket upper bounds for dynamic sizes (:mod:`simaccel.guards.buckets`)."""
+    bucket upper bounds for dynamic sizes (:mod:`simaccel.guards.buckets`); ``tier0``:
+    kernels missing from the cache run their numpy form until numba has compiled them
+    in the background (:mod:`simaccel.codegen.tiered`); None (default): on unless
+    ``SIMACCEL_TIER0=0``; False for measurements that want compiled kernels only;
+    "only": the tier-0 forms and nothing compiled for them (a reference mode, as
+    ``NUMBA_DISABLE_JIT``)."""
 
     lift: str | tuple[str, ...] = "auto"
     keep: tuple[str, ...] = ()
     fallback: str = "host"
     guards: tuple[Any, ...] = field(default_factory=tuple)
     shape_buckets: str | tuple[int, ...] | None = None
+    tier0: bool | str | None = None
 
 
 def parse_options(options: dict[str, Any] | None) -> Options:
@@ -54,7 +60,11 @@ def parse_options(options: dict[str, Any] | None) -> Options:
     guards = options.get("guards", ())
     if not isinstance(guards, (list, tuple)):
         raise InvalidOptionError(f"option 'guards' must be a list of simaccel.Guard, got {guards!r}")
-    return Options(lift=lift, keep=_patterns(options.get("keep", ()), "keep"),
+    tier0 = options.get("tier0")
+    if tier0 is not None and not isinstance(tier0, bool) and tier0 != "only":
+        raise InvalidOptionError(
+            f"option 'tier0' must be True, False or \"only\", got {tier0!r}")
+    return Options(lift=lift, keep=_patterns(options.get("keep", ()), "keep"), tier0=tier0,
                    fallback=fallback, guards=tuple(guards),
                    shape_buckets=_buckets(options.get("shape_buckets")))
 

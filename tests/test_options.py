@@ -43,6 +43,7 @@ def test_valid_options(options, expected) -> None:
     ({"keep": ["L[a]"]}, "keep: malformed source pattern"),
     ({"fallback": "maybe"}, "option 'fallback' must be one of"),
     ({"guards": "n"}, "option 'guards' must be a list"),
+    ({"tier0": "yes"}, "option 'tier0' must be True, False or \"only\""),
     ({"fusion": "max"}, "unknown simaccel option(s) ['fusion']"),
 ])
 def test_bad_options_raise_naming_the_option(options, needle) -> None:

@@ -18,23 +18,25 @@ TIMEOUT_S = 900
 
 
 def cache_env(cache_root: str) -> dict[str, str]:
-    """The environment of a child whose caches all live under ``cache_root``."""
+    """The environment of a child whose caches all live under ``cache_root``; its kernels
+    start in tier 0 as by default (the bench's own process turns tier 0 off)."""
     return {**os.environ,
             "SIMACCEL_CACHE_DIR": os.path.join(cache_root, "simaccel"),
-            "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_root, "inductor")}
+            "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_root, "inductor"),
+            "SIMACCEL_TIER0": "1"}
 
 
-#: workloads a ``--lift`` run may compile (the default: the first one)
-LIFT_WORKLOADS = ("scaled_mlp", "config_model")
+#: workloads a child can compile: the MLP (default without ``--lift``), the scaled MLP
+#: (default with it), the config-object model and the GPT-2-style decoder
+WORKLOADS = ("mlp3", "scaled_mlp", "config_model", "gpt2")
 
 
 def first_call_in_new_process(backend: str, cache_root: str, lift: str | None = None,
                               workload: str | None = None) -> dict[str, Any]:
     """Run :func:`main` in a child process; returns its JSON plus ``process_s`` (seconds
     from spawn to exit, interpreter and torch import included). ``lift`` ("auto"/"off",
-    simaccel only): compile a scalar workload (``workload``, one of
-    :data:`LIFT_WORKLOADS`, default the scaled MLP) with that lift option instead of the
-    MLP."""
+    simaccel only) compiles with that lift option; ``workload`` is one of
+    :data:`WORKLOADS` (default: the MLP, or with ``lift`` the scaled MLP)."""
     start = time.perf_counter()
     extra = [] if lift is None else ["--lift", lift]
     extra += [] if workload is None else ["--workload", workload]
@@ -54,14 +56,21 @@ def _workload(lift: str | None, workload: str | None) -> tuple[Any, tuple, Any]:
     import torch
 
     from simaccel.bench.configmodel import config_model
+    from simaccel.bench.gpt2 import gpt2
     from simaccel.bench.workloads import mlp3, scaled_mlp
 
     torch.manual_seed(0)
-    if lift is None:
-        return mlp3(), (torch.randn(64, 256),), None
-    if (workload or LIFT_WORKLOADS[0]) == "config_model":
-        return (*config_model(), {"lift": lift})
-    return scaled_mlp(), (torch.randn(64, 256), 0.5, 3), {"lift": lift}
+    name = workload or ("mlp3" if lift is None else "scaled_mlp")
+    options = None if lift is None else {"lift": lift}
+    if name == "config_model":
+        return (*config_model(), options)
+    if name == "gpt2":
+        return (*gpt2(), options)
+    if name == "scaled_mlp":
+        return scaled_mlp(), (torch.randn(64, 256), 0.5, 3), options
+    if name == "mlp3":
+        return mlp3(), (torch.randn(64, 256),), options
+    raise ValueError(f"unknown workload {name!r}: one of {', '.join(WORKLOADS)}")
 
 
 def main(backend: str, lift: str | None = None, workload: str | None = None) -> dict[str, Any]:
@@ -82,6 +91,7 @@ def main(backend: str, lift: str | None = None, workload: str | None = None) -> 
         result["kernel_cache_hits"] = simaccel.get_device().runtime_stats()["kernel_cache_hits"]
         result["lifted"] = sum(len(r.guards.lifted_sources) for r in simaccel.reports())
         result["phases_s"] = simaccel.compile_times()
+        result["tier0_kernels"] = simaccel.get_device().runtime_stats().get("tier0_kernels", 0)
     return result
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from simaccel.bench.runner import GROUPS, BenchResult
-from simaccel.bench.scenarios import CONFIG_WORKLOAD, LIFT_WORKLOAD, Record
+from simaccel.bench.scenarios import CONFIG_WORKLOAD, LIFT_WORKLOAD, MODEL_WORKLOAD, Record
 
 GROUP_TITLES = {
     "steady": "steady per-call time, tiny graph (baseline: Dynamo eager backend)",
@@ -218,6 +218,16 @@ def targets(result: BenchResult) -> list[Target]:
                _median_ratio(result, f"compile/lift_auto_{CONFIG_WORKLOAD}", "simaccel",
                              "simaccel", den_key=f"compile/lift_off_{CONFIG_WORKLOAD}"), 1.3,
                "(20 config settings, 2 lifted; new process, empty caches)"),
+        Target("simaccel GPT-2 6-layer cold first call / inductor",
+               _median_ratio(result, f"compile/cold_{MODEL_WORKLOAD}", "simaccel", "inductor"),
+               0.3, "(forward, new process, empty caches)"),
+        Target("simaccel GPT-2 6-layer cold first call / dynamo_eager",
+               _median_ratio(result, f"compile/cold_{MODEL_WORKLOAD}", "simaccel",
+                             "dynamo_eager"), 2.0),
+        Target("simaccel GPT-2 6-layer first call auto / off",
+               _median_ratio(result, f"compile/lift_auto_{MODEL_WORKLOAD}", "simaccel",
+                             "simaccel", den_key=f"compile/lift_off_{MODEL_WORKLOAD}"), 1.2,
+               "(config object with 16 settings; new process, empty caches)"),
         Target("simaccel guard check lifted / lift='off'", _guard_check_ratio(result), 1.0,
                "(3 scalars, dynamic=False: type guards + NaN/slot checks vs value guards)"),
         *_kernel_targets(result),

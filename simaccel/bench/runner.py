@@ -81,6 +81,11 @@ def _compile_tasks(backends: Sequence[str], cfg: sc.BenchConfig, cache_root: str
             tasks.append(Task("compile", f"{phase}_{sc.COMPILE_WORKLOAD}", backend,
                               lambda b=backend, p=phase, r=root: sc.measure_compile(b, p, r),
                               opt_in=cfg.quick and backend != "simaccel"))
+    for backend in backends:  # model scale: tens of seconds each, only when named
+        root = os.path.join(cache_root, f"{sc.MODEL_WORKLOAD}-{backend}")
+        tasks.append(Task("compile", f"cold_{sc.MODEL_WORKLOAD}", backend,
+                          lambda b=backend, r=root: sc.measure_compile(
+                              b, "cold", r, sc.MODEL_WORKLOAD), opt_in=True))
     if "simaccel" not in backends:
         return tasks
     rounds = {sc.LIFT_WORKLOAD: 1, sc.CONFIG_WORKLOAD: 1 if cfg.quick else CONFIG_COMPILE_ROUNDS}
@@ -89,6 +94,10 @@ def _compile_tasks(backends: Sequence[str], cfg: sc.BenchConfig, cache_root: str
         tasks.append(Task("compile", f"lift_off+auto_{workload}", "simaccel",
                           lambda r=root, w=workload, n=n: sc.measure_lift_compiles(r, w, n),
                           opt_in=cfg.quick))
+    root = os.path.join(cache_root, f"lift-{sc.MODEL_WORKLOAD}")
+    tasks.append(Task("compile", f"lift_off+auto_{sc.MODEL_WORKLOAD}", "simaccel",
+                      lambda r=root: sc.measure_lift_compiles(r, sc.MODEL_WORKLOAD, 1),
+                      opt_in=True))
     return tasks
 
 
@@ -133,11 +142,15 @@ def select(tasks: list[Task], patterns: Sequence[str] | None) -> list[Task]:
 @contextlib.contextmanager
 def private_caches() -> Iterator[str]:
     """A fresh temporary folder for every cache of the run (simaccel kernels, inductor),
-    so no result depends on an earlier run; removed on exit."""
+    so no result depends on an earlier run; removed on exit. In-process measurements time
+    compiled kernels only (``SIMACCEL_TIER0=0``); the first calls in new processes run as
+    a user's do (:func:`simaccel.bench.coldstart.cache_env`)."""
     root = tempfile.mkdtemp(prefix="simaccel-bench-")
-    saved = {k: os.environ.get(k) for k in ("SIMACCEL_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
+    saved = {k: os.environ.get(k)
+             for k in ("SIMACCEL_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "SIMACCEL_TIER0")}
     os.environ["SIMACCEL_CACHE_DIR"] = os.path.join(root, "inproc", "simaccel")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(root, "inproc", "inductor")
+    os.environ["SIMACCEL_TIER0"] = "0"
     try:
         yield os.path.join(root, "subprocess")
     finally:

@@ -24,6 +24,9 @@ COMPILE_WORKLOAD = "mlp3"
 LIFT_WORKLOAD = "scaled_mlp"
 #: the config-object model (:mod:`simaccel.bench.configmodel`), compiled the same way
 CONFIG_WORKLOAD = "config_model"
+#: the GPT-2-style 6-layer decoder (:mod:`simaccel.bench.gpt2`): compile latency at model
+#: scale, cold per backend and with both lift settings
+MODEL_WORKLOAD = "gpt2"
 #: elements of the tensors in the scalar scenarios (per-call overhead dominates).
 SCALAR_NUMEL = 64
 #: dynamic= settings the scalar scenarios run under.
@@ -167,13 +170,16 @@ def measure_tiny(backend: str, cfg: BenchConfig) -> Record:
 # ---------------------------------------------------------------------- cold / warm compile
 
 
-def measure_compile(backend: str, phase: str, cache_root: str) -> Record:
-    """First call (trace + compile + run) of the MLP in a new process.
+def measure_compile(backend: str, phase: str, cache_root: str,
+                    workload: str = COMPILE_WORKLOAD) -> Record:
+    """First call (trace + compile + run) of ``workload`` (the MLP, or the GPT-2-style
+    model) in a new process.
 
     ``phase`` "cold": ``cache_root`` must be empty; "warm": it holds the cold run's caches.
     """
-    result = first_call_in_new_process(backend, cache_root)
-    return Record("compile", f"{phase}_{COMPILE_WORKLOAD}", backend, result["first_call_s"], 1,
+    result = first_call_in_new_process(
+        backend, cache_root, workload=None if workload == COMPILE_WORKLOAD else workload)
+    return Record("compile", f"{phase}_{workload}", backend, result["first_call_s"], 1,
                   {"process_s": result["process_s"], "graphs": result["graphs"],
                    "simaccel_cache_hits": result.get("kernel_cache_hits"),
                    "phases_s": result.get("phases_s")})

@@ -24,10 +24,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from simaccel.codegen import compile_pool
+from simaccel.codegen import compile_pool, tiered
 from simaccel.codegen.cache import DEFAULT_CACHE, KernelCache
 from simaccel.codegen.dtypes import STORAGE_DTYPES, byte_view, storage_dtype
 from simaccel.codegen.emit import emit_extern, emit_pointwise, emit_reduction
+from simaccel.codegen.emit_numpy import Unsupported, emit_numpy
 from simaccel.codegen.graph import LoweredGraph
 from simaccel.codegen.hostop import HostOp
 from simaccel.codegen.lower_scalar_args import number_arguments
@@ -136,25 +137,46 @@ class PreparedKernel:
     buffers: list[str]
     params: list[Any]
     size_symbols: list[str]
+    #: the whole-array numpy form (same signature), None if the kernel has none
+    tier0_source: str | None = None
 
 
-def prepare_kernel(kernel: Any, lowered: LoweredGraph) -> PreparedKernel:
+def prepare_kernel(kernel: Any, lowered: LoweredGraph, tier0: bool = False) -> PreparedKernel:
+    """The kernel's source, signature and launch arguments (``tier0``: also its numpy
+    form, where it has one)."""
     source, buffers, params = _emit(kernel)
+    tier0_source = _tier0_source(kernel, buffers) if tier0 else None
     source, size_symbols = with_size_args(source, len(buffers))
+    if tier0_source is not None:
+        tier0_source, _ = with_size_args(tier0_source, len(buffers), size_symbols)
     signature = tuple(_array_type(lowered.buffers[b].dtype) for b in buffers)
     if size_symbols:  # dynamic sizes: read from the size bank, by slot
         buffers = [*buffers, SIZE_BANK]
         signature += ("array(int64, 1d, C)",)
     signature += tuple("int64" for _ in (*params, *size_symbols))
-    return PreparedKernel(kernel, source, signature, buffers, params, list(size_symbols))
+    return PreparedKernel(kernel, source, signature, buffers, params, list(size_symbols),
+                          tier0_source)
+
+
+def _tier0_source(kernel: Any, buffers: list[str]) -> str | None:
+    """The numpy form of ``kernel`` with the numba form's argument names, or None."""
+    try:
+        return _positional_names(emit_numpy(kernel), buffers)
+    except Unsupported as exc:
+        log.debug("kernel %s has no tier-0 form: %s", kernel.name, exc)
+        return None
 
 
 def jit_kernel(p: PreparedKernel, lowered: LoweredGraph, device: Any,
-               pool_compiled: frozenset[str] = frozenset()) -> tuple[LaunchStep, KernelInfo]:
+               pool_compiled: frozenset[str] = frozenset(),
+               background: Mapping[str, Any] | None = None) -> tuple[LaunchStep, KernelInfo]:
     """Compile (or load) one prepared kernel and make its launch step; ``pool_compiled``:
     the sources a compile worker compiled for this graph (loaded here from the cache,
-    counted as compiled, origin "pool")."""
+    counted as compiled, origin "pool"); ``background``: the futures of the kernels
+    compiling in the workers while their tier-0 form runs, by source."""
     kernel = p.kernel
+    if background is not None and p.source in background:
+        return _tiered_step(p, lowered, device, background[p.source])
     start = time.perf_counter()
     loaded = _CACHE.load(p.source, p.signature)
     elapsed = (time.perf_counter() - start) * 1e3
@@ -171,17 +193,48 @@ def jit_kernel(p: PreparedKernel, lowered: LoweredGraph, device: Any,
     return step, KernelInfo(kernel.name, kind, origin, str(loaded.path), elapsed)
 
 
-def _compile_in_pool(kernels: list[Any], lowered: LoweredGraph) -> tuple[
-        dict[int, PreparedKernel], frozenset[str]]:
+def _tiered_step(p: PreparedKernel, lowered: LoweredGraph, device: Any,
+                 pending: Any) -> tuple[LaunchStep, KernelInfo]:
+    """The launch step of a kernel compiling in the background: its tier-0 form until
+    the worker is done, then the compiled kernel from the cache."""
+    kernel = p.kernel
+
+    def load() -> Any:
+        loaded = _CACHE.load(p.source, p.signature)
+        device.count("kernels_compiled" if loaded.origin in ("disk", "compiled")
+                     else "kernel_memory_hits")
+        return loaded.fn
+    fn = tiered.TieredKernel(kernel.name, tiered.load_tier0(p.tier0_source), pending, load,
+                             device)
+    step = _launch_step(kernel, fn, p.buffers, p.params, lowered, tuple(p.size_symbols))
+    kind = type(kernel).__name__.replace("Kernel", "").lower()
+    return step, KernelInfo(kernel.name, kind, "tier0", "(compiling in the background)", 0.0)
+
+
+def _compile_in_pool(kernels: list[Any], lowered: LoweredGraph, tier0: bool | str) -> tuple[
+        dict[int, PreparedKernel], frozenset[str], dict[str, Any]]:
     """Every kernel's prepared form (by ``id``), after the ones missing from the cache
-    compiled in the worker pool (:mod:`simaccel.codegen.compile_pool`); and the sources
-    the workers compiled."""
-    prepared = {id(k): prepare_kernel(k, lowered) for k in kernels}
+    compiled in the worker pool (:mod:`simaccel.codegen.compile_pool`); the sources the
+    workers compiled; and (``tier0``) the futures of the misses with a tier-0 form, which
+    compile in the background instead, by source (``tier0="only"``: every kernel with a
+    tier-0 form, future None: never compiled)."""
+    if tier0 == "only":
+        prepared = {id(k): prepare_kernel(k, lowered, True) for k in kernels}
+        return prepared, frozenset(), {p.source: None for p in prepared.values()
+                                       if p.tier0_source is not None}
+    tier0 = bool(tier0) and compile_pool.parallel()
+    prepared = {id(k): prepare_kernel(k, lowered, tier0) for k in kernels}
     if not compile_pool.parallel():  # serial: no need to look for misses on disk
-        return prepared, frozenset()
-    missing = {p.source: p.signature for p in prepared.values()
-               if not _CACHE.has(p.source, p.signature)}
-    return prepared, frozenset(compile_pool.precompile(_CACHE.root, list(missing.items())))
+        return prepared, frozenset(), {}
+    missing = {p.source: p for p in prepared.values() if not _CACHE.has(p.source, p.signature)}
+    later = [(s, p.signature) for s, p in missing.items() if p.tier0_source is not None]
+    now = [(s, p.signature) for s, p in missing.items() if p.tier0_source is None]
+    # the kernels this call cannot run without go to the workers first
+    waited = compile_pool.submit(_CACHE.root, now) if len(now) >= compile_pool.MIN_JOBS \
+        or (now and later) else {}
+    background = {source: future for future, source in
+                  compile_pool.submit(_CACHE.root, later).items()} if later else {}
+    return prepared, frozenset(compile_pool.collect(waited)), background
 
 
 def _own_parts(kernel: PointwiseKernel) -> list[PointwiseKernel]:
@@ -266,20 +319,25 @@ def _to_torch(obj: Any, host: dict[str, np.ndarray], sizes: Mapping[str, int]) -
 
 
 def assemble(lowered: LoweredGraph, inputs: tuple[InputPlan, ...], device: Any, name: str,
-             size_bounds: dict[str, int] | None = None) -> CompileResult:
+             size_bounds: dict[str, int] | None = None,
+             tier0: bool | str = False) -> CompileResult:
     """Compile every step of ``lowered`` and build the frozen program spec; ``inputs``:
     the graph's input plans (:func:`simaccel.input_plan.plan_inputs`); ``size_bounds``:
-    the size each symbol's memory is planned for (static-shape mode), by name."""
+    the size each symbol's memory is planned for (static-shape mode), by name;
+    ``tier0``: kernels missing from the cache start in their tier-0 form while the
+    workers compile them (:mod:`simaccel.codegen.tiered`); "only": every kernel with a
+    tier-0 form runs it and is never compiled."""
     steps: list[LaunchStep | HostStep] = []
     infos: list[KernelInfo] = []
     parts = {id(item): _own_parts(item) if isinstance(item, PointwiseKernel) else [item]
              for item in lowered.steps if not isinstance(item, (HostOp, LibraryKernel))}
     pool_start = time.perf_counter()
-    prepared, pooled = _compile_in_pool([k for ks in parts.values() for k in ks], lowered)
-    pool_ms = (time.perf_counter() - pool_start) * 1e3 if pooled else 0.0
+    prepared, pooled, background = _compile_in_pool(
+        [k for ks in parts.values() for k in ks], lowered, tier0)
+    pool_ms = (time.perf_counter() - pool_start) * 1e3 if pooled or background else 0.0
 
     def jit(kernel: Any) -> tuple[LaunchStep, KernelInfo]:
-        return jit_kernel(prepared[id(kernel)], lowered, device, pooled)
+        return jit_kernel(prepared[id(kernel)], lowered, device, pooled, background)
 
     for item in lowered.steps:
         if isinstance(item, HostOp):

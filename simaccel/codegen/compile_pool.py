@@ -66,11 +66,23 @@ def precompile(root: Path, jobs: Sequence[tuple[str, tuple[str, ...]]]) -> set[s
     compiled (the rest compile or load in this process as usual)."""
     if len(jobs) < MIN_JOBS or not parallel():
         return set()
+    return collect(submit(root, jobs))
+
+
+def submit(root: Path, jobs: Sequence[tuple[str, tuple[str, ...]]]
+           ) -> dict[concurrent.futures.Future, str]:
+    """Send ``jobs`` to the workers without waiting (in order: the pool is first in,
+    first out); each future's result is the kernel's origin in the worker."""
     pool = _pool(worker_count())
+    return {pool.submit(_compile, str(root), source, signature): source
+            for source, signature in jobs}
+
+
+def collect(futures: dict[concurrent.futures.Future, str]) -> set[str]:
+    """Wait for ``futures`` (from :func:`submit`); the sources a worker compiled. A
+    failed job is logged (this process compiles it when it loads it)."""
     compiled: set[str] = set()
     try:
-        futures = {pool.submit(_compile, str(root), source, signature): source
-                   for source, signature in jobs}
         for future in concurrent.futures.as_completed(futures, timeout=TIMEOUT_S):
             try:
                 if future.result() == "compiled":
@@ -114,7 +126,17 @@ def shutdown(stuck: bool = False) -> None:
     pool.shutdown(wait=not stuck, cancel_futures=True)
 
 
-atexit.register(shutdown)  # before interpreter teardown, not in the executor's weakref
+def _finish_at_exit() -> None:
+    """At exit, let the workers finish what they were sent (kernels compiling in the
+    background for tier-0 launches): they are the next process's warm cache."""
+    global _POOL, _POOL_WORKERS
+    with _LOCK:
+        pool, _POOL, _POOL_WORKERS = _POOL, None, 0
+    if pool is not None:
+        pool.shutdown(wait=True, cancel_futures=False)
+
+
+atexit.register(_finish_at_exit)  # before interpreter teardown, not in the executor's weakref
 
 
 def _compile(root: str, source: str, signature: tuple[str, ...]) -> str:

@@ -209,7 +209,7 @@ _INIT = {
 }
 
 
-def _reduce_init(op: str, acc_dtype: str) -> str:
+def reduce_init(op: str, acc_dtype: str) -> str:
     if op in _INIT:
         return _INIT[op](acc_dtype)
     low = op in ("max", "argmax")
@@ -280,19 +280,30 @@ def emit_reduction(k: ReductionKernel) -> tuple[str, list[str]]:
                           rerunnable), args
 
 
+def accumulator_slot(part: ReductionKernel, keys: StructuralKeys) -> tuple:
+    """What makes two fused reductions share an accumulator: (op, acc dtype, body)."""
+    return (part.reduce_op, part.acc_dtype, keys(part.body))
+
+
+def accumulators(parts: list[ReductionKernel], keys: StructuralKeys
+                 ) -> dict[tuple, tuple[ReductionKernel, str]]:
+    """The first part and accumulator name of each distinct :func:`accumulator_slot` of
+    ``parts``, in order (siblings reducing the same value the same way share one)."""
+    found: dict[tuple, tuple[ReductionKernel, str]] = {}
+    for part in parts:
+        found.setdefault(accumulator_slot(part, keys), (part, f"acc{len(found)}"))
+    return found
+
+
 def _reduction_nest(k: ReductionKernel, parallel: bool,
                     fast_trig: bool) -> tuple[list[str], bool]:
     lines, indent = _flat_output_loop(k.out_index, k.out_loop_shape, parallel)
     red_lines, inner = _loops(k.red_index, k.red_shape, False, indent)
     body = BodyEmitter(inner, fast_trig)
-    acc_of: dict[tuple, str] = {}  # (op, acc dtype, body key) -> accumulator name
+    acc_of = accumulators(k.parts, body.keys)
     combine: list[str] = []
-    for part in k.parts:
-        slot = (part.reduce_op, part.acc_dtype, body.keys(part.body))
-        if slot in acc_of:
-            continue
-        acc = acc_of[slot] = f"acc{len(acc_of)}"
-        lines.append(f"{indent}{acc} = {_reduce_init(part.reduce_op, part.acc_dtype)}")
+    for part, acc in acc_of.values():
+        lines.append(f"{indent}{acc} = {reduce_init(part.reduce_op, part.acc_dtype)}")
         v = body.value(part.body)
         combine += [inner + line for line in
                     _combine(part.reduce_op, v, dtype_ctor(part.acc_dtype), acc)]
@@ -302,7 +313,7 @@ def _reduction_nest(k: ReductionKernel, parallel: bool,
         combine.append(f"{inner}ridx += 1")
     stores = []
     for part in k.parts:
-        acc = acc_of[(part.reduce_op, part.acc_dtype, body.keys(part.body))]
+        acc = acc_of[accumulator_slot(part, body.keys)][1]
         result = "arg" if is_arg else (part.finalize.format(acc=acc) if part.finalize else acc)
         out_dtype = "int64" if is_arg else part.out_dtype
         value = store_source(f"{dtype_ctor(out_dtype)}({result})", out_dtype)

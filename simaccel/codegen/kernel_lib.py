@@ -16,6 +16,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
 from simaccel.codegen.fma_lib import fma  # noqa: F401 - kernels call it as lib.fma
+from simaccel.codegen.numpy_lib import TRIG_FAST_LIMIT  # |x| where vsin/vcos are accurate
 
 from simaccel.codegen.kernel_ext import *  # noqa: F401,F403  (16-bit floats, special functions)
 #: Options of every helper. ``fastmath`` is set explicitly: numba lets a callee that leaves
@@ -381,8 +382,6 @@ _float32_overload(vlog, _logf, lambda x: np.log(x))
 # reduction loses bits, so kernels flag such arguments (trig_arg_wide) and recompute the
 # whole kernel with libm (see emit.py): the fast loop stays free of calls and vectorises.
 
-#: |x| below which vsin/vcos of a float32 are accurate (SLEEF's TRIGRANGEMAXf).
-TRIG_FAST_LIMIT = 39000.0
 _ROUND_F32 = 12582912.0  # 1.5 * 2**23: adding it rounds a float32 to an integer
 _INV_PI = 0.318309886183790671538
 _TINY_SIN = 2.44140625e-4  # 2**-12: below it sin(x) rounds to x (and keeps -0.0 and subnormals)

@@ -25,7 +25,8 @@ from simaccel.runtime.sizes import SIZE_FUNCTIONS, SymbolSource
 _DEF_LINE = re.compile(r"def kernel\((.*?)\):")
 
 
-def with_size_args(source: str, buffers: int) -> tuple[str, list[str]]:
+def with_size_args(source: str, buffers: int,
+                   symbols: list[str] | None = None) -> tuple[str, list[str]]:
     """``source`` whose ``kernel`` also reads the size symbols it names from the size bank,
     and those symbols in slot order. The kernel takes the bank (an int64 array) after its
     ``buffers`` array arguments and one slot index per symbol at the end, and loads the

@@ -60,7 +60,7 @@ class LaunchGroup:
         calls = []
         for part, own, own_addresses in self._slices(args, addresses):
             calls.append(part.fn.native_call(*own, addresses=own_addresses))
-        return type(self.parts[0].fn).command_list, calls
+        return self.parts[0].fn.command_list, calls
 
     def _calls(self, args: Sequence[Any], addresses: Sequence[int | None] | None
                ) -> list[Callable[[], Any]]:

@@ -26,6 +26,7 @@ from simaccel.dma import Descriptor
 from simaccel.errors import SimAccelError
 from simaccel.runtime.constbank import ConstantBank
 from simaccel.runtime.device import Device
+from simaccel.runtime import tiers
 from simaccel.runtime.group import bind_launch
 from simaccel.runtime.hostmap import check_mapped, mapped_steps
 from simaccel.runtime.memory import Block
@@ -57,6 +58,7 @@ class Program:
         self._lock = threading.Lock()
         self._state = ResidentState()
         self._generation = -1
+        self._tier_epoch = tiers.current()
         #: bound workspaces by size tuple (one, ``()``, for static shapes)
         self._bound: dict[tuple[int, ...], BoundWorkspace] = {}
         self._bank = ConstantBank([(p.index, p.buffer, np.dtype(p.dtype))
@@ -170,6 +172,9 @@ class Program:
                 self._ensure_resident()
             ready = (self._upload_resident(args, resident_keys, layout)
                      if self._resident_inputs else 0.0)
+            if self._tier_epoch != tiers.current():  # a kernel's compiled form arrived
+                self._bound.clear()
+                self._tier_epoch = tiers.current()
             try:
                 bound = self._bind_workspace(self._workspace(layout.plan.total_bytes), layout)
                 ready = max(ready, self._upload(bound, args, data_ptrs))

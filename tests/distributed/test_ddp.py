@@ -24,7 +24,7 @@ from simaccel.examples.ddp_train import RunSpec
 from simaccel.errors import DistributedError
 from tests.distributed import jobs
 
-STEPS = 10
+STEPS = 6
 SPECS = {
     "mlp/dynamo-eager": RunSpec("mlp", "eager", STEPS, compile_optimizer=True),
     "transformer/eager-ddp": RunSpec("transformer", "none", STEPS),

@@ -1,0 +1,141 @@
+"""Tier-0 kernels (the whole-array numpy form, :mod:`simaccel.codegen.emit_numpy`) compute
+what the compiled kernels compute.
+
+Op tables of ``tests/backend/test_ops.py`` (one per kernel kind: unary, binary, integer,
+select, casts, reductions with NaN, integer reductions, norms, indexing, constants) are
+compiled twice: with ``tier0="only"`` (every kernel that has a tier-0 form runs it,
+nothing is compiled for it) and with ``tier0=False`` (compiled kernels only). Pointwise results must be equal (``torch.equal``
+with NaN where NaN; -0.0 equals 0.0); float sums may differ by the association of their
+accumulation (numpy's pairwise sum vs the compiled loop's vector lanes): at most a few
+ulp, rtol 1e-6 / atol 1e-7 (float32) or 1e-13 (float64). Both equal eager (as in
+test_ops).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._pytree import tree_flatten
+
+import simaccel
+from simaccel import get_device
+from tests.backend import test_ops as ops
+
+#: name -> (table, inputs factory, view, outputs whose float accumulation may differ)
+CASES: dict[str, tuple[dict, Any, Any, tuple[str, ...]]] = {
+    "unary_f32": (ops.UNARY, lambda: (ops.specials(10, 12),), lambda x: x.t()[::2, 1:9], ()),
+    "binary_f32": (ops.BINARY, lambda: (ops.specials(6, 8), ops.specials(8, seed=3)), None,
+                   ()),
+    "binary_int": (ops.BINARY_INT, lambda: (ops.randint(6, 8), ops.randint(8, seed=3,
+                                                                           nonzero=True)),
+                   None, ()),
+    "select": (ops.SELECT, lambda: (ops.specials(6, 8), ops.specials(8, seed=1),
+                                    ops.randn(6, 1, seed=2) > 0), None, ()),
+    "casts": (ops.CASTS, lambda: (ops.specials(8, 6), ops.randint(8, 6), ops.randn(8, 6) > 0),
+              lambda x, i, b: (x.t(), i.t(), b.t()), ()),
+    "reductions_nan": ({n: ops.REDUCTIONS[n] for n in ops.NAN_REDUCTIONS},
+                       lambda: (ops.specials(4, 5, 6),), None, ("*",)),
+    "reductions_int": (ops.REDUCTIONS_INT, lambda: (ops.randint(6, 5, 4),),
+                       lambda x: x.transpose(0, 2), ()),
+    "norms": (ops.NORMS, lambda: (ops.randn(4, 6, 8) * 3 + 1, ops.randn(8, seed=1),
+                                  ops.randn(8, seed=2), ops.randn(6, seed=3),
+                                  ops.randn(6, seed=4).abs() + 0.5), None, ("*",)),
+    "indexing": (ops.INDEXING, lambda: (ops.randn(10, 4), ops.randint(2, 5, low=0, high=10,
+                                                                      dtype=torch.int64),
+                                        torch.tensor([3, 0, 1, 3])), None, ()),
+    "constants": (ops.CONSTANTS, lambda: (ops.randn(6, 8),), None, ()),
+}
+
+
+def _run(fn, args, tier0: Any) -> tuple[dict, dict]:
+    torch._dynamo.reset()
+    get_device().reset_stats()
+    compiled = torch.compile(fn, backend="simaccel", dynamic=False,
+                             options={"tier0": tier0})
+    out = compiled(*[a.clone() for a in args])
+    return out, get_device().runtime_stats()
+
+
+def _tolerant(name: str, key: str) -> bool:
+    loose = CASES[name][3]
+    return "*" in loose or key in loose
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_tier0_equals_compiled(name: str) -> None:
+    table, make, view, _ = CASES[name]
+    fn = ops.table_fn(table, view)
+    args = make()
+    tier0, stats0 = _run(fn, args, "only")
+    compiled, stats1 = _run(fn, args, False)
+    assert stats0["tier0_launches"] > 0 and stats0["kernels_compiled"] + \
+        stats0["kernel_cache_hits"] + stats0["kernel_memory_hits"] < stats1["kernel_launches"]
+    assert stats1.get("tier0_launches", 0) == 0
+    assert stats0["kernel_launches"] == stats1["kernel_launches"]
+    for key, actual, expected in _leaves(tier0, compiled):
+        assert actual.dtype == expected.dtype and actual.shape == expected.shape, key
+        if expected.is_floating_point() and _tolerant(name, key):
+            f64 = expected.dtype == torch.float64
+            torch.testing.assert_close(actual, expected, equal_nan=True,
+                                       rtol=1e-13 if f64 else 1e-6,
+                                       atol=1e-13 if f64 else 1e-7,
+                                       msg=lambda m, k=key: f"{k}: {m}")
+        else:
+            same = torch.equal(actual, expected) or (
+                expected.is_floating_point()
+                and torch.equal(actual.isnan(), expected.isnan())
+                and torch.equal(actual.nan_to_num(0.0), expected.nan_to_num(0.0)))
+            assert same, f"{name}/{key}: tier-0 {actual} != compiled {expected}"
+    eager = fn(*[a.clone() for a in args])
+    for key, actual, expected in _leaves(tier0, eager):
+        torch.testing.assert_close(actual, expected, equal_nan=True, rtol=1e-4, atol=1e-5,
+                                   msg=lambda m, k=key: f"{k} vs eager: {m}")
+
+
+def _leaves(actual: dict, expected: dict) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """(op name, actual tensor, expected tensor) for every tensor both results hold."""
+    found = []
+    for key in expected:
+        got, _ = tree_flatten(actual[key])
+        want, _ = tree_flatten(expected[key])
+        assert len(got) == len(want), key
+        found += [(key, a, e) for a, e in zip(got, want)]
+    return found
+
+
+def test_kernels_start_in_tier0_and_switch_when_the_workers_are_done(monkeypatch):
+    """With compile workers, a graph's new kernels launch as numpy at once, and from the
+    first launch after their worker finished as compiled kernels (command lists and all),
+    with the same results; the report says which tier each kernel started in."""
+    monkeypatch.setenv("SIMACCEL_COMPILE_WORKERS", "2")
+    scale = float(np.random.default_rng().integers(1 << 20)) + 0.25  # new kernel sources
+
+    def fn(x, y):
+        a = (x * scale).sin().sum(-1)
+        b = torch.softmax((x @ y) * scale, -1)
+        return a, b, (y - scale).exp()
+
+    simaccel.clear_reports()
+    device = get_device()
+    device.reset_stats()
+    x, y = torch.randn(16, 8), torch.randn(8, 4)
+    compiled = torch.compile(fn, backend="simaccel", dynamic=False,
+                             options={"lift": "off", "tier0": True})
+    first = compiled(x, y)
+    stats = device.runtime_stats()
+    kernels = [k for r in simaccel.reports() for k in r.kernels if k.kind != "library"]
+    assert kernels and all(k.origin == "tier0" for k in kernels), kernels
+    assert stats["tier0_kernels"] == len(kernels) and stats["kernels_compiled"] == 0
+    assert stats["tier0_launches"] > 0 and "tier0" in str(simaccel.reports()[-1])
+    simaccel.wait_for_kernels()
+    launches = device.runtime_stats()["tier0_launches"]
+    for _ in range(4):
+        again = compiled(x, y)
+    stats = device.runtime_stats()
+    assert stats["tier0_launches"] == launches  # every launch now runs compiled code
+    assert stats["kernels_compiled"] == len(kernels) and stats.get("tier0_waits", 0) == 0
+    for got, want, ref in zip(first, again, fn(x, y)):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
