@@ -61,7 +61,23 @@ def _private_caches() -> tuple[pathlib.Path, bool]:
 _CACHE_ROOT, _OWN_CACHE_ROOT = _private_caches()
 
 
+_BACKGROUND: list = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's first process starts the DDP tests' job in the background (see
+    :mod:`tests.distributed.prefetch`), so no worker waits idle for it."""
+    if _OWN_CACHE_ROOT and not os.environ.get("PYTEST_XDIST_WORKER"):
+        from tests.distributed import prefetch
+        if prefetch.selected(list(config.args), pathlib.Path(str(config.invocation_params.dir))):
+            _BACKGROUND.append(prefetch.start(_CACHE_ROOT))
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
+    for process in _BACKGROUND:  # a session that ended early: the job is not needed
+        if process.poll() is None:
+            process.kill()
+        process.wait()
     if _OWN_CACHE_ROOT:
         shutil.rmtree(_CACHE_ROOT, ignore_errors=True)
 

@@ -30,12 +30,13 @@ def test_benchmarks_run_once_at_quick_sizes(tmp_path):
         # test below (one each would add ~27 s of numba compiles here); of the compile-time
         # benchmarks (fresh processes on cold caches, ~8 s each) the lifting pair runs its
         # "auto" half and the cold/warm pair its cold half: the other half of each runs the
-        # same code with another setting; the cold compile runs for simaccel only (the
-        # other backends' children run the same measuring code on torch alone)
+        # same code with another setting; every benchmark runs for eager and simaccel only
+        # (Dynamo's eager and aot_eager backends run the same measuring code)
         [sys.executable, "-m", "pytest", "bench/", "--benchmark-disable", "-k",
          "not inductor and not bf16 and not sort_last and not topk16 and not grouped_conv "
          "and not test_first_compile_with_lifting[off] and not test_warm_compile_mlp3 "
-         "and not (test_cold_compile_mlp3 and not simaccel)",
+         "and not (test_cold_compile_mlp3 and not simaccel) and not aot_eager "
+         "and not dynamo_eager",
          "-q", "-p", "no:cacheprovider"], cwd=ROOT, env=env, capture_output=True, text=True,
         timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -136,6 +136,8 @@ def test_kernels_start_in_tier0_and_switch_when_the_workers_are_done(monkeypatch
     stats = device.runtime_stats()
     assert stats["tier0_launches"] == launches  # every launch now runs compiled code
     assert stats["kernels_compiled"] == len(kernels) and stats.get("tier0_waits", 0) == 0
+    # the first call's float32 sums (tier 0: numpy's pairwise order) may differ from the
+    # compiled loop's by their association: the pointwise contract's tolerance
     for got, want, ref in zip(first, again, fn(x, y)):
-        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)

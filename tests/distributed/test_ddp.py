@@ -20,36 +20,29 @@ import pytest
 import torch
 
 from simaccel.distributed import spawn
-from simaccel.examples.ddp_train import RunSpec
 from simaccel.errors import DistributedError
-from tests.distributed import jobs
+from tests.distributed import jobs, prefetch
+from tests.distributed.prefetch import SPECS, STEPS
 
-STEPS = 6
-SPECS = {
-    "mlp/dynamo-eager": RunSpec("mlp", "eager", STEPS, compile_optimizer=True),
-    "transformer/eager-ddp": RunSpec("transformer", "none", STEPS),
-    "transformer/simaccel": RunSpec("transformer", "simaccel", STEPS),
-    "transformer/dynamo-eager": RunSpec("transformer", "eager", STEPS),
-    "mlp/simaccel-outside": RunSpec("mlp", "simaccel", 3, compile_outside=True),
-    "mlp/dynamo-eager-outside": RunSpec("mlp", "eager", 3, compile_outside=True),
-}
 #: float32 losses and parameters: the device's kernels sum in another order than ATen's
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory) -> list[dict]:
-    """The job's results, made once per test session: xdist workers running tests of this
-    module share them through a file in the session's base folder (the first worker runs
-    the job holding a lock, the other waits and loads it)."""
+    """The job's results, made once per test session: started in the background when the
+    session starts (:mod:`tests.distributed.prefetch`); else the first xdist worker
+    running tests of this module runs it holding a lock, and the other loads its file."""
+    started = prefetch.wait_for()
+    if started is not None:
+        return started
     base = tmp_path_factory.getbasetemp()  # under xdist: <session folder>/popen-gwN
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     with _session_lock(shared / "ddp_job.lock"):
         path = shared / "ddp_job.pkl"
         if path.exists():
             return pickle.loads(path.read_bytes())
-        result = spawn(jobs.train_then_shutdown, 2, (STEPS, list(SPECS.values())),
-                       timeout_s=400)
+        result = prefetch.run_job()
         path.write_bytes(pickle.dumps(result))
         return result
 
