@@ -74,10 +74,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    for process in _BACKGROUND:  # a session that ended early: the job is not needed
-        if process.poll() is None:
-            process.kill()
-        process.wait()
+    if _BACKGROUND:  # a session that ended early: the job is not needed
+        from tests.distributed import prefetch
+        for process in _BACKGROUND:
+            prefetch.stop(process)
     if _OWN_CACHE_ROOT:
         shutil.rmtree(_CACHE_ROOT, ignore_errors=True)
 

@@ -88,10 +88,11 @@ def main(backend: str, lift: str | None = None, workload: str | None = None) -> 
                               "graphs": int(counters["stats"]["unique_graphs"])}
     if backend == "simaccel":
         import simaccel
-        result["kernel_cache_hits"] = simaccel.get_device().runtime_stats()["kernel_cache_hits"]
+        stats = simaccel.get_device().runtime_stats()
+        result["kernel_cache_hits"] = stats["kernel_cache_hits"]
+        result["tier0_kernels"] = stats.get("tier0_kernels", 0)
         result["lifted"] = sum(len(r.guards.lifted_sources) for r in simaccel.reports())
         result["phases_s"] = simaccel.compile_times()
-        result["tier0_kernels"] = simaccel.get_device().runtime_stats().get("tier0_kernels", 0)
     return result
 
 

@@ -177,8 +177,7 @@ def measure_compile(backend: str, phase: str, cache_root: str,
 
     ``phase`` "cold": ``cache_root`` must be empty; "warm": it holds the cold run's caches.
     """
-    result = first_call_in_new_process(
-        backend, cache_root, workload=None if workload == COMPILE_WORKLOAD else workload)
+    result = first_call_in_new_process(backend, cache_root, workload=workload)
     return Record("compile", f"{phase}_{workload}", backend, result["first_call_s"], 1,
                   {"process_s": result["process_s"], "graphs": result["graphs"],
                    "simaccel_cache_hits": result.get("kernel_cache_hits"),

@@ -167,6 +167,12 @@ def _tier0_source(kernel: Any, buffers: list[str]) -> str | None:
         return None
 
 
+#: the runtime_stats() counter of a kernel by where it came from ("pool": a compile
+#: worker wrote it, this process loaded it from disk)
+ORIGIN_COUNTERS = {"compiled": "kernels_compiled", "pool": "kernels_compiled",
+                   "disk": "kernel_cache_hits", "memory": "kernel_memory_hits"}
+
+
 def jit_kernel(p: PreparedKernel, lowered: LoweredGraph, device: Any,
                pool_compiled: frozenset[str] = frozenset(),
                background: Mapping[str, Any] | None = None) -> tuple[LaunchStep, KernelInfo]:
@@ -181,9 +187,7 @@ def jit_kernel(p: PreparedKernel, lowered: LoweredGraph, device: Any,
     loaded = _CACHE.load(p.source, p.signature)
     elapsed = (time.perf_counter() - start) * 1e3
     origin = "pool" if loaded.origin == "disk" and p.source in pool_compiled else loaded.origin
-    counter = {"compiled": "kernels_compiled", "pool": "kernels_compiled",
-               "disk": "kernel_cache_hits", "memory": "kernel_memory_hits"}[origin]
-    device.count(counter)
+    device.count(ORIGIN_COUNTERS[origin])
     if os.environ.get("SIMACCEL_DEBUG") == "1":
         log.info("kernel %s (%s, %.1f ms): %s\n%s", kernel.name, origin, elapsed,
                  loaded.path, p.source)
@@ -199,10 +203,9 @@ def _tiered_step(p: PreparedKernel, lowered: LoweredGraph, device: Any,
     the worker is done, then the compiled kernel from the cache."""
     kernel = p.kernel
 
-    def load() -> Any:
+    def load() -> Any:  # on disk: the worker compiled it
         loaded = _CACHE.load(p.source, p.signature)
-        device.count("kernels_compiled" if loaded.origin in ("disk", "compiled")
-                     else "kernel_memory_hits")
+        device.count(ORIGIN_COUNTERS["pool" if loaded.origin == "disk" else loaded.origin])
         return loaded.fn
     fn = tiered.TieredKernel(kernel.name, tiered.load_tier0(p.tier0_source), pending, load,
                              device)
@@ -222,16 +225,17 @@ def _compile_in_pool(kernels: list[Any], lowered: LoweredGraph, tier0: bool | st
         prepared = {id(k): prepare_kernel(k, lowered, True) for k in kernels}
         return prepared, frozenset(), {p.source: None for p in prepared.values()
                                        if p.tier0_source is not None}
-    tier0 = bool(tier0) and compile_pool.parallel()
-    prepared = {id(k): prepare_kernel(k, lowered, tier0) for k in kernels}
-    if not compile_pool.parallel():  # serial: no need to look for misses on disk
+    parallel = compile_pool.parallel()
+    prepared = {id(k): prepare_kernel(k, lowered, bool(tier0) and parallel) for k in kernels}
+    if not parallel:  # serial: no need to look for misses on disk (and no tier 0)
         return prepared, frozenset(), {}
     missing = {p.source: p for p in prepared.values() if not _CACHE.has(p.source, p.signature)}
     later = [(s, p.signature) for s, p in missing.items() if p.tier0_source is not None]
     now = [(s, p.signature) for s, p in missing.items() if p.tier0_source is None]
-    # the kernels this call cannot run without go to the workers first
-    waited = compile_pool.submit(_CACHE.root, now) if len(now) >= compile_pool.MIN_JOBS \
-        or (now and later) else {}
+    # the kernels this call cannot run without go to the workers first (even a few, when
+    # the workers are busy with the others anyway)
+    waited = compile_pool.submit(_CACHE.root, now) \
+        if now and (len(now) >= compile_pool.MIN_JOBS or later) else {}
     background = {source: future for future, source in
                   compile_pool.submit(_CACHE.root, later).items()} if later else {}
     return prepared, frozenset(compile_pool.collect(waited)), background

@@ -112,9 +112,11 @@ def _pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
         return _POOL
 
 
-def shutdown(stuck: bool = False) -> None:
+def shutdown(stuck: bool = False, finish_sent: bool = False) -> None:
     """Stop the workers (they are started again by the next parallel compile); ``stuck``:
-    they timed out or broke, so they are terminated rather than waited for."""
+    they timed out or broke, so they are terminated rather than waited for;
+    ``finish_sent``: they first compile every job already sent (at exit: the kernels
+    compiling in the background for tier-0 launches are the next process's warm cache)."""
     global _POOL, _POOL_WORKERS
     with _LOCK:
         pool, _POOL, _POOL_WORKERS = _POOL, None, 0
@@ -123,20 +125,10 @@ def shutdown(stuck: bool = False) -> None:
     if stuck:  # the executor has no public kill; its worker processes are a dict
         for process in list(getattr(pool, "_processes", {}).values()):
             process.terminate()
-    pool.shutdown(wait=not stuck, cancel_futures=True)
+    pool.shutdown(wait=not stuck, cancel_futures=not finish_sent)
 
 
-def _finish_at_exit() -> None:
-    """At exit, let the workers finish what they were sent (kernels compiling in the
-    background for tier-0 launches): they are the next process's warm cache."""
-    global _POOL, _POOL_WORKERS
-    with _LOCK:
-        pool, _POOL, _POOL_WORKERS = _POOL, None, 0
-    if pool is not None:
-        pool.shutdown(wait=True, cancel_futures=False)
-
-
-atexit.register(_finish_at_exit)  # before interpreter teardown, not in the executor's weakref
+atexit.register(shutdown, finish_sent=True)  # before interpreter teardown, not in the executor's weakref
 
 
 def _compile(root: str, source: str, signature: tuple[str, ...]) -> str:

@@ -23,8 +23,8 @@ import functools
 from simaccel.codegen import numpy_lib
 from simaccel.codegen import scalar_ops
 from simaccel.codegen.dtypes import HALF_DTYPES, compute_dtype
-from simaccel.codegen.emit import (BodyEmitter, reduce_init, accumulator_slot, accumulators,
-                                   kernel_args, store_source)
+from simaccel.codegen.emit import (BodyEmitter, accumulator_slot, accumulators, dtype_ctor,
+                                   kernel_args, reduce_init, store_source)
 from simaccel.codegen.ir import Op, PointwiseKernel, ReductionKernel, buffers_read
 from simaccel.codegen.sizes import source
 
@@ -74,7 +74,8 @@ class _ForArrays(ast.NodeTransformer):
         if isinstance(node.value, ast.Name) and node.value.id == "lib" \
                 and not hasattr(numpy_lib, node.attr):
             raise Unsupported(f"helper lib.{node.attr} has no array form")
-        if isinstance(node.value, ast.Attribute) and _root(node.value) == "lib":
+        if isinstance(node.value, ast.Attribute) and _root(node.value) == "lib" \
+                or _root(node) == "math":
             raise Unsupported(f"helper {ast.unparse(node)} has no array form")
         return node
 
@@ -176,14 +177,10 @@ def emit_numpy_reduction(k: ReductionKernel) -> str:
         is_arg = part.reduce_op in ("argmax", "argmin")
         result = acc if is_arg or not part.finalize else part.finalize.format(acc=acc)
         out_dtype = "int64" if is_arg else part.out_dtype
-        value = vectorized(store_source(f"{_ctor(out_dtype)}({result})", out_dtype))
+        value = vectorized(store_source(f"{dtype_ctor(out_dtype)}({result})", out_dtype))
         offset = vectorized(part.out_offset_src)
         stores.append(f"    lib.store({part.out.buffer}, np.uint64({offset}), {value}, {kept})")
     return _module(lines + body.lines + folds + stores)
-
-
-def _ctor(dtype: str) -> str:
-    return "bool" if dtype == "bool" else f"np.{compute_dtype(dtype)}"
 
 
 def _module(lines: list[str]) -> str:

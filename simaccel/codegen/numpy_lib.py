@@ -10,11 +10,14 @@ does. Every helper here is the array form of one in :mod:`.kernel_lib`,
   float64 product plus one rounding (the product of two float32 is exact in float64).
 * NaN, signed-zero and integer-division rules follow the scalar helpers line by line.
 
-Helpers a tier-0 kernel cannot reproduce (float64 fused multiply-add, the special
+Floating-point warnings are off while a tier-0 kernel runs (:mod:`.tiered`), as in the
+compiled kernels. Helpers a tier-0 kernel cannot reproduce (float64 fused multiply-add, the special
 functions) are absent: :mod:`.emit_numpy` then declines the kernel, which waits for its
 compiled version.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -223,26 +226,25 @@ def _erff(x):
 
 
 def _logf(x):
-    with np.errstate(all="ignore"):
-        sub = x < f32(1.17549435e-38)
-        xs = np.where(sub, x * f32(8388608.0), x)
-        bits = _as_int32(xs)
-        e = ((bits >> i32(23)) & i32(0xFF)) - np.where(sub, i32(149), i32(126))
-        m = _as_float32((bits & i32(0x007FFFFF)) | i32(0x3F000000))
-        low = m < f32(0.707106781186547524)
-        e = np.where(low, e - i32(1), e).astype(np.int32)
-        m = np.where(low, m + m, m) - f32(1.0)
-        z = m * m
-        p = _muladd(f32(7.0376836292e-2), m, f32(-1.1514610310e-1))
-        for c in (1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
-                  2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1):
-            p = _muladd(p, m, f32(c))
-        fe = e.astype(np.float32)
-        y = _muladd(f32(-2.12194440e-4), fe, p * m * z) - f32(0.5) * z
-        out = _muladd(f32(0.693359375), fe, m + y)
-        out = np.where(x == f32(0.0), f32(-np.inf), out)
-        out = np.where(x < f32(0.0), f32(np.nan), out)
-        return np.where(~(x < f32(np.inf)), x, out)
+    sub = x < f32(1.17549435e-38)
+    xs = np.where(sub, x * f32(8388608.0), x)
+    bits = _as_int32(xs)
+    e = ((bits >> i32(23)) & i32(0xFF)) - np.where(sub, i32(149), i32(126))
+    m = _as_float32((bits & i32(0x007FFFFF)) | i32(0x3F000000))
+    low = m < f32(0.707106781186547524)
+    e = np.where(low, e - i32(1), e).astype(np.int32)
+    m = np.where(low, m + m, m) - f32(1.0)
+    z = m * m
+    p = _muladd(f32(7.0376836292e-2), m, f32(-1.1514610310e-1))
+    for c in (1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
+              2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1):
+        p = _muladd(p, m, f32(c))
+    fe = e.astype(np.float32)
+    y = _muladd(f32(-2.12194440e-4), fe, p * m * z) - f32(0.5) * z
+    out = _muladd(f32(0.693359375), fe, m + y)
+    out = np.where(x == f32(0.0), f32(-np.inf), out)
+    out = np.where(x < f32(0.0), f32(np.nan), out)
+    return np.where(~(x < f32(np.inf)), x, out)
 
 
 def _sin_poly(d, s):
@@ -281,14 +283,13 @@ def _cosf(x):
 
 def _float32_or(float32_impl, other):
     def call(x):
-        with np.errstate(all="ignore"):
-            return float32_impl(x) if _float32(x) else other(x)
+        return float32_impl(x) if _float32(x) else other(x)
     return call
 
 
 vexp = _float32_or(_expf, np.exp)
 vtanh = _float32_or(_tanhf, np.tanh)
-verf = _float32_or(_erff, lambda x: np.vectorize(__import__("math").erf, otypes=[float])(x))
+verf = _float32_or(_erff, np.vectorize(math.erf, otypes=[float]))
 vlog = _float32_or(_logf, np.log)
 
 

@@ -24,7 +24,6 @@ import concurrent.futures
 import functools
 import hashlib
 import logging
-import types
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -40,10 +39,6 @@ log = logging.getLogger("simaccel.codegen")
 
 #: seconds a launch waits for a compile it cannot run without
 WAIT_S = 900.0
-
-_MATH = types.SimpleNamespace(copysign=np.copysign, floor=np.floor, ceil=np.ceil,
-                              sqrt=np.sqrt, exp=np.exp, log=np.log, inf=np.inf, nan=np.nan)
-
 
 #: tiered kernels whose compiled form has not been loaded yet
 _IN_FLIGHT: "weakref.WeakSet[TieredKernel]" = weakref.WeakSet()
@@ -62,8 +57,7 @@ def wait_for_kernels() -> int:
 @functools.lru_cache(maxsize=4096)
 def load_tier0(source: str) -> Callable[..., None]:
     """The ``kernel`` function a tier-0 module ``source`` defines (built once per source)."""
-    namespace: dict[str, Any] = {"np": np, "lib": numpy_lib, "math": _MATH,
-                                 **SIZE_FUNCTIONS}
+    namespace: dict[str, Any] = {"np": np, "lib": numpy_lib, **SIZE_FUNCTIONS}
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     exec(compile(source, f"<simaccel tier-0 {digest}>", "exec"), namespace)  # noqa: S102
     return namespace["kernel"]
@@ -142,8 +136,7 @@ class TieredKernel:
     def __getattr__(self, name: str) -> Any:
         # native_call / command_list of the compiled kernel, for launch groups: absent
         # (AttributeError) while the kernel runs in tier 0
-        if name in ("native_call", "command_list"):
-            compiled = self.__dict__.get("compiled")
-            if compiled is not None and self.ready():
-                return getattr(compiled, name)
+        if name in ("native_call", "command_list") and "pending" in self.__dict__ \
+                and self.ready():
+            return getattr(self.compiled, name)
         raise AttributeError(name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import time
@@ -61,7 +62,15 @@ def start(session_root: Path) -> subprocess.Popen:
     os.environ[JOB_FILE_VAR] = str(path)
     return subprocess.Popen([sys.executable, "-m", "tests.distributed.prefetch", str(path)],
                             cwd=_HERE.parents[1], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def stop(process: subprocess.Popen) -> None:
+    """End the background job if it still runs, with the rank processes it started (its
+    own process group)."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def wait_for() -> list[dict] | None:
