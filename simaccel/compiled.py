@@ -1,6 +1,7 @@
 """The callable a compiled graph becomes: host tensors in, device program, host tensors out."""
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from typing import Any
 
@@ -51,6 +52,11 @@ class CompiledGraph:
         #: between calls; the 0-d inputs the bank reads by value are never kept
         static = static_inputs - self._scalar_indices
         self._static = StaticViews(static) if static else None
+        #: static-address 0-d inputs the bank reads by value and the graph updates in
+        #: place (an optimizer's step counts): their write-back views, kept as
+        #: (tensor, data address, view) by index
+        self._static_scalars = static_inputs & self._scalar_indices
+        self._kept_writebacks: dict[int, tuple] = {}
         #: written-back inputs whose version this graph increments after the call, as an
         #: in-place op does in eager (AOTAutograd increments the others, before the call;
         #: ``version_bumped``), so every resident copy elsewhere sees the change
@@ -61,14 +67,15 @@ class CompiledGraph:
         self._resident_written = program.resident_written
 
     def __call__(self, args: list[Any]) -> list[Any]:
-        keys = {i: _content_key(args[i]) for i in self.resident} if self.resident else None
         host_args, data_ptrs = _host_arrays(args, self._scalar_indices, self._static)
+        keys = {i: self._content_key(i, args[i]) for i in self.resident} \
+            if self.resident else None
         layout = self.program.layout_for(host_args)
         specs, scalars = self._outputs.at(layout.sizes)
         outputs = [None if spec is None else _new_output(*spec) for spec in specs]
         hosts = [None if o is None else _numpy_view(o) for o in outputs]
         if self._writebacks:
-            hosts += [_writeback_view(args[i], host_args[i]) for i in self._writebacks]
+            hosts += [self._writeback_view(i, args[i], host_args[i]) for i in self._writebacks]
         after = {i: _next_version_key(keys[i]) for i in self._resident_written} \
             if self._resident_written else None  # type: ignore[index]
         self.program.run(host_args, hosts, keys, data_ptrs, layout, after)
@@ -79,6 +86,29 @@ class CompiledGraph:
         args.clear()
         return outputs
 
+    def _content_key(self, index: int, t: Any) -> tuple:
+        """The content key of resident input ``t`` at ``index`` (after :func:`_host_arrays`
+        saw it this call): a kept static view's token and the version, else its own."""
+        static = self._static
+        if static is not None and index in static.indices:
+            return static.content_key(index, t)
+        return _content_key(t)
+
+    def _writeback_view(self, index: int, t: Any, host: Any) -> np.ndarray:
+        """The array an input mutation of ``t`` is copied into: kept with the input's
+        static view (parameters, optimizer state: the same memory every call), made per
+        call for any other input."""
+        static = self._static
+        if static is not None and index in static.indices:
+            return static.writeback_view(index, t, host)
+        kept = self._kept_writebacks.get(index)
+        if kept is not None and kept[0] is t and kept[1] == t.data_ptr():
+            return kept[2]
+        view = _writeback_view(t, host)
+        if index in self._static_scalars:
+            self._kept_writebacks[index] = (t, t.data_ptr(), view)
+        return view
+
     def call_unboxed(self, *args: Any) -> list[Any]:
         """Dynamo's calling convention (positional arguments), for graphs Dynamo calls
         directly, without AOTAutograd's runtime wrapper."""
@@ -86,9 +116,14 @@ class CompiledGraph:
 
 
 def _content_key(t: torch.Tensor) -> tuple:
-    """Identifies a tensor's current contents: the same object, storage and version
-    counter means the device copy is still valid (an in-place update bumps the version)."""
-    return (id(t), t.data_ptr(), t._version, tuple(t.shape), tuple(t.stride()))
+    """Identifies a tensor's current contents as (memory, version): the same object,
+    storage, sizes and strides is the same memory, and its version counter moves with
+    every in-place update (so the device copy of an unchanged key is still valid)."""
+    return ((id(t), t.data_ptr(), tuple(t.shape), tuple(t.stride())), t._version)
+
+
+#: tokens naming one kept static view (a tensor at one address, sizes and strides)
+_VIEW_TOKENS = itertools.count()
 
 
 class StaticViews:
@@ -96,13 +131,14 @@ class StaticViews:
     (parameters, optimizer state): made at a tensor's first call and kept. The same
     tensor object at the same address with the same sizes and strides is the same memory,
     so its view is reused instead of made per call (~2 us a tensor: an optimizer step
-    takes four tensors per parameter). The views hold their tensors alive while the graph
+    takes four tensors per parameter), and so are its write-back view and the memory part
+    of its content key (a token). The views hold their tensors alive while the graph
     lives, as its guards already do."""
 
     def __init__(self, indices: Iterable[int]):
         self.indices = frozenset(indices)
-        #: index -> (tensor, data address, sizes, strides, view)
-        self._kept: dict[int, tuple] = {}
+        #: index -> [tensor, data address, sizes, strides, view, token, write-back view]
+        self._kept: dict[int, list] = {}
 
     def host_array(self, index: int, t: Any) -> tuple[Any, int]:
         """(host array, data address) of ``t``, the input at ``index`` (its kept view, or
@@ -115,14 +151,30 @@ class StaticViews:
                 and kept[3] == t.stride():
             return kept[4], ptr
         view = _host_array(t)
-        self._kept[index] = (t, ptr, t.shape, t.stride(), view)
+        self._kept[index] = [t, ptr, t.shape, t.stride(), view, next(_VIEW_TOKENS), None]
         return view, ptr
+
+    def content_key(self, index: int, t: Any) -> tuple:
+        """(token, version) of ``t``, whose view :meth:`host_array` kept this call."""
+        kept = self._kept.get(index)
+        if kept is None or kept[0] is not t:
+            return _content_key(t)
+        return (kept[5], t._version)
+
+    def writeback_view(self, index: int, t: Any, host: Any) -> np.ndarray:
+        """The write-back view of ``t`` (``host``: its host array this call), kept."""
+        kept = self._kept.get(index)
+        if kept is None or kept[0] is not t:
+            return _writeback_view(t, host)
+        if kept[6] is None:
+            kept[6] = _writeback_view(t, host)
+        return kept[6]
 
 
 def _next_version_key(key: tuple) -> tuple:
     """The content key a tensor written by this call has at the next call when nothing
     else touched it: one version later (:attr:`CompiledGraph._bumped_after`)."""
-    return (*key[:2], key[2] + 1, *key[3:])
+    return (key[0], key[1] + 1)
 
 
 def _bump_version(t: Any) -> None:

@@ -57,6 +57,23 @@ class SimClock:
             index = index + 1 if index + 1 < count else 0
         return placed
 
+    def reserve_shares(self, tracks: list[str], shares: tuple[tuple[int, float], ...],
+                       not_before_ns: float = 0.0) -> list[float]:
+        """Place one share per ``(track index, total duration ns)`` in ``shares``: the
+        items a batch deals to that track, back to back from ``max(free time,
+        not_before_ns)`` (what :meth:`reserve_round_robin` does item by item). Returns
+        each share's start (ns), in ``shares`` order."""
+        free_ns, busy_ns = self._free_ns, self._busy_ns
+        starts = []
+        for index, total in shares:
+            track = tracks[index]
+            free = free_ns[track]
+            start = free if free > not_before_ns else float(not_before_ns)
+            free_ns[track] = start + total
+            busy_ns[track] += total
+            starts.append(start)
+        return starts
+
     @property
     def now_ns(self) -> float:
         """End of the latest item over all tracks (ns); 0 when nothing ran."""

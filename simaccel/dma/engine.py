@@ -38,7 +38,8 @@ import numpy as np
 from simaccel.dma.clock import SimClock
 from simaccel.dma.copy import copy_array
 from simaccel.dma.descriptor import KINDS, Descriptor
-from simaccel.dma.trace import DEFAULT_MAX_EVENTS, TraceEvent, TraceRecorder
+from simaccel.dma.plan import BatchPlan, strided_facts
+from simaccel.dma.trace import PLANNED, DEFAULT_MAX_EVENTS, TraceEvent, TraceRecorder
 
 COMPUTE_TRACK = "compute"
 
@@ -114,6 +115,46 @@ def _copy_each(srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray | None],
         dst = dsts[done]
         copy_array(src, dst, is_staged, labels[done])  # type: ignore[arg-type]
         moved.append(_copied(src, dst, is_staged))  # type: ignore[arg-type]
+
+
+class _PlannedPairError(Exception):
+    """A planned batch's pair failed after ``done`` pairs moved (``cause``: why)."""
+
+    def __init__(self, done: int, cause: BaseException):
+        super().__init__(str(cause))
+        self.done, self.cause = done, cause
+
+
+def _move_planned(plan: BatchPlan, srcs: Sequence[np.ndarray],
+                  dsts: Sequence[np.ndarray | None]) -> int:
+    """Move a planned batch's bytes (check its mapped reads); returns the pairs moved.
+    Raises :class:`_PlannedPairError` naming how many moved before a bad pair."""
+    done = 0
+    try:
+        if not plan.special:
+            for src, dst, nbytes, label in zip(srcs, dsts, plan.nbytes, plan.labels):
+                if dst.nbytes != nbytes:  # type: ignore[union-attr]
+                    raise ValueError(f"DMA copy {label!r}: {dst.nbytes} bytes, but the "  # type: ignore[union-attr]
+                                     f"batch was planned for {nbytes}")
+                copy_array(src, dst, False, label)  # type: ignore[arg-type]
+                done += 1
+            return done
+        for src, dst, nbytes, staged, mapped, label in zip(srcs, dsts, plan.nbytes,
+                                                           plan.staged, plan.mapped,
+                                                           plan.labels):
+            if mapped:
+                if _mapped_read_bytes(src, staged, label) != nbytes:
+                    raise ValueError(f"mapped read {label!r}: {src.nbytes} bytes, but the "
+                                     f"batch was planned for {nbytes}")
+            else:
+                if dst.nbytes != nbytes:  # type: ignore[union-attr]
+                    raise ValueError(f"DMA copy {label!r}: {dst.nbytes} bytes, but the "  # type: ignore[union-attr]
+                                     f"batch was planned for {nbytes}")
+                copy_array(src, dst, staged, label)  # type: ignore[arg-type]
+            done += 1
+        return done
+    except Exception as exc:
+        raise _PlannedPairError(done, exc) from None
 
 
 def _copied(src: np.ndarray, dst: np.ndarray, staged: bool) -> tuple[int, bool, bool, Any]:
@@ -244,6 +285,8 @@ class DmaEngine:
         self._stats = _zero_stats()
         self._tracks = tracks  # by channel index, then compute (names precomputed: hot path)
         self._channel_tracks = tracks[:channels]
+        #: what a :class:`BatchPlan` is made for: plans of other timings are refused
+        self._timing = (self.channels, self.latency_ns, self.bandwidth_gbps, self.burst_bytes)
 
     def descriptor_time_ns(self, nbytes: int) -> float:
         """Simulated time of one descriptor of ``nbytes`` bytes on an idle channel (ns)."""
@@ -301,6 +344,78 @@ class DmaEngine:
         Returns the end of the last copy (ns; ``not_before_ns`` if there is none)."""
         with self._lock:
             return self._transfer(kind, srcs, dsts, labels, staged, mapped, not_before_ns)
+
+    def plan_batch(self, kind: str, srcs: Sequence[np.ndarray],
+                   dsts: Sequence[np.ndarray | None], labels: Sequence[str], *,
+                   staged: Sequence[bool] | None = None,
+                   mapped: Sequence[bool] | None = None) -> BatchPlan:
+        """The :class:`~simaccel.dma.plan.BatchPlan` of a batch :meth:`copy_planned` will
+        move again and again, made from one instance of its pairs (arguments as for
+        :meth:`copy_many`): later calls must pass pairs of the same dtypes, element
+        counts and layouts (a program's per-call inputs and outputs, fixed by its guards
+        and its workspace)."""
+        keys = _STAT_KEYS.get(kind)
+        if keys is None:
+            raise ValueError(f"DMA copy kind must be one of {KINDS}, got {kind!r}")
+        count = len(srcs)
+        staged_t = tuple(bool(x) for x in staged) if staged is not None else (False,) * count
+        mapped_t = tuple(bool(x) for x in mapped) if mapped is not None else (False,) * count
+        if any(mapped_t) and kind != "h2d":
+            raise ValueError(f"only h2d reads can be mapped, got kind {kind!r}")
+        nbytes = tuple(int(s.nbytes if m else d.nbytes)  # type: ignore[union-attr]
+                       for s, d, m in zip(srcs, dsts, mapped_t))
+        bursts = tuple(-(-n // self.burst_bytes) for n in nbytes)
+        mapped_bytes = [n for n, m in zip(nbytes, mapped_t) if m]
+        totals = (sum(nbytes), sum(bursts), sum(n for n, st in zip(nbytes, staged_t) if st),
+                  sum(mapped_bytes), len(mapped_bytes))
+        return BatchPlan(kind, tuple(labels), nbytes, staged_t, mapped_t,
+                         tuple(self.latency_ns + n / self.bandwidth_gbps for n in nbytes),
+                         bursts, _names_of(kind, tuple(labels), mapped_t),
+                         strided_facts(srcs, mapped_t), self._timing, totals)
+
+    def copy_planned(self, plan: BatchPlan, srcs: Sequence[np.ndarray],
+                     dsts: Sequence[np.ndarray | None], *, not_before_ns: float = 0.0
+                     ) -> float:
+        """:meth:`copy_many` of a planned batch (:meth:`plan_batch`): the same copies,
+        timing, stats and trace, placed with one step per channel and traced as one
+        entry. Returns the end of the last copy (ns). A bad pair stops the batch; what
+        moved before it is placed, traced and counted, as :meth:`copy_many` does."""
+        with self._lock:
+            if plan.timing != self._timing:
+                raise ValueError(f"DMA batch plan was made for an engine with (channels, "
+                                 f"latency, bandwidth, burst) {plan.timing}, this one has "
+                                 f"{self._timing}; make the plan again")
+            if len(srcs) != len(plan.nbytes) or len(dsts) != len(plan.nbytes):
+                raise ValueError(f"DMA batch plan has {len(plan.nbytes)} pairs, got "
+                                 f"{len(srcs)} sources and {len(dsts)} destinations")
+            try:
+                _move_planned(plan, srcs, dsts)
+            except _PlannedPairError as failed:
+                self._place(plan.kind, _STAT_KEYS[plan.kind], plan.labels, [
+                    (plan.nbytes[i], plan.staged[i], plan.mapped[i], plan.strided[i])
+                    for i in range(failed.done)], not_before_ns, None, None)
+                raise failed.cause from None
+            return self._place_planned(plan, not_before_ns)
+
+    def _place_planned(self, plan: BatchPlan, not_before_ns: float) -> float:
+        """Place, trace and count a planned batch whose bytes moved; returns its end (ns)."""
+        if not plan.nbytes:
+            return not_before_ns
+        first = self._next_channel
+        deal = plan.deal(first)
+        starts = self._clock.reserve_shares(self._channel_tracks, deal.active, not_before_ns)
+        channel_starts = [0.0] * self.channels
+        end = not_before_ns
+        for (tid, total), start in zip(deal.active, starts):
+            channel_starts[tid] = start
+            if start + total > end:
+                end = start + total
+        self._trace.record_batch((plan.kind, plan.names, deal.tids, deal.offsets,
+                                  plan.durations, tuple(channel_starts), plan.args(first),
+                                  PLANNED))
+        self._next_channel = deal.last + 1 if deal.last + 1 < self.channels else 0
+        _count(self._stats, _STAT_KEYS[plan.kind], len(plan.nbytes), *plan.totals)
+        return end
 
     def copy_one(self, kind: str, src: np.ndarray, dst: np.ndarray, label: str, *,
                  staged: bool = False, not_before_ns: float = 0.0) -> float:

@@ -46,9 +46,24 @@ RawEvent = tuple[str, str, int, float, float, Any]
 SpanBatch = tuple[str, tuple, tuple, tuple, tuple, tuple]
 
 
-def batch_spans(batch: SpanBatch) -> list[RawEvent]:
-    """The spans of a :data:`SpanBatch`."""
-    cat, names, tids, starts, ends, args = batch
+#: A planned batch (:class:`simaccel.dma.plan.BatchPlan`) as one ring entry: (cat, names,
+#: tids, offsets_ns, durations_ns, channel_starts_ns, args, PLANNED). All but
+#: ``channel_starts_ns`` (when each track's share starts, by track index) are the plan's
+#: tuples, shared by every call, so recording one costs one small tuple; a span starts
+#: at its track's start plus its offset there, made when the trace is read.
+PlannedBatch = tuple[str, tuple, tuple, tuple, tuple, tuple, tuple, str]
+#: the marker item of a :data:`PlannedBatch`
+PLANNED = "planned"
+
+
+def batch_spans(batch: SpanBatch | PlannedBatch) -> list[RawEvent]:
+    """The spans of a :data:`SpanBatch` or a :data:`PlannedBatch`."""
+    if len(batch) == 8:
+        cat, names, tids, offsets, durations, channel_starts, args, _ = batch
+        return [(name, cat, tid, channel_starts[tid] + offset, duration, arg)
+                for name, tid, offset, duration, arg
+                in zip(names, tids, offsets, durations, args)]
+    cat, names, tids, starts, ends, args = batch  # type: ignore[misc]
     return [(name, cat, tid, start, end - start, arg)
             for name, tid, start, end, arg in zip(names, tids, starts, ends, args)]
 
@@ -88,8 +103,9 @@ class TraceRecorder:
         self._events.append((name, cat, tid, start_ns, dur_ns, args))
         self._added(1)
 
-    def record_batch(self, batch: SpanBatch) -> None:
-        """Append the spans of one submit as one entry (see :data:`SpanBatch`)."""
+    def record_batch(self, batch: SpanBatch | PlannedBatch) -> None:
+        """Append the spans of one submit as one entry (see :data:`SpanBatch` and
+        :data:`PlannedBatch`)."""
         self._events.append(batch)
         self._added(len(batch[2]))
 

@@ -300,8 +300,8 @@ class Program:
             if self._mapped_flags is not None:
                 self._bind_mapped(bound, srcs, data_ptrs)
             # mapped inputs ride in the same submit: one h2d transfer per call
-            end = dma.copy_many("h2d", srcs, dsts, self._streamed_labels, staged=staged,
-                                mapped=self._mapped_flags)
+            end = self._copy_planned(bound, "h2d", srcs, dsts, self._streamed_labels, staged,
+                                     self._mapped_flags, 0.0)
         if self._bank.used and self._bank.pack(args, bound.layout.sizes):
             end = max(end, dma.copy_one("const", self._bank.host, self._state.bank,
                                         "constant bank"))
@@ -437,8 +437,23 @@ class Program:
                     staged.append(k >= first and _data_ptr(writebacks[k - first], host,
                                                            data_ptrs) % self.spec.alignment != 0)
         if srcs:
-            self.device.dma.copy_many("d2h", srcs, dsts, labels, not_before_ns=ready_ns,
-                                      staged=staged if any(staged) else None)
+            self._copy_planned(bound, "d2h", srcs, dsts, labels,
+                               staged if True in staged else None, None, ready_ns)
+
+    def _copy_planned(self, bound: BoundWorkspace, kind: str, srcs: list[np.ndarray],
+                      dsts: list[np.ndarray | None], labels: list[str],
+                      staged: list[bool] | None, mapped: list[bool] | None,
+                      not_before_ns: float) -> float:
+        """One DMA batch of a call, through its plan (made at the first call of this
+        workspace for these labels and staging: the sizes are the layout's, the mapped
+        flags the program's); returns its end (ns)."""
+        key = (kind, tuple(labels), tuple(staged) if staged is not None else None)
+        plan = bound.batch_plans.get(key)
+        dma = self.device.dma
+        if plan is None:
+            plan = bound.batch_plans[key] = dma.plan_batch(kind, srcs, dsts, labels,
+                                                           staged=staged, mapped=mapped)
+        return dma.copy_planned(plan, srcs, dsts, not_before_ns=not_before_ns)
 
 
 def _check_alignment(spec: ProgramSpec, device: Device) -> None:

@@ -75,3 +75,6 @@ class BoundWorkspace:
     layout: Any
     #: step index -> the host data pointers (bytes) its host-mapped launch is bound to
     mapped_keys: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    #: (kind, labels, staged) -> the DMA plan of a per-call batch (sizes fixed by
+    #: ``layout``)
+    batch_plans: dict[tuple, Any] = field(default_factory=dict)

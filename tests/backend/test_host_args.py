@@ -78,3 +78,22 @@ def test_an_optimizer_step_reads_its_state_through_kept_views_and_equals_eager()
     for p, r in zip(params, ref):
         torch.testing.assert_close(p, r, rtol=1e-5, atol=1e-6)
     assert simaccel.get_device().runtime_stats()["kernel_launches"] > 0
+
+
+def test_a_kept_view_keys_its_contents_by_token_and_version() -> None:
+    """A resident input's content key: the same memory and version keeps its key (no
+    upload), an in-place update moves it by one version, another tensor gets another
+    token, and the write-back view is the kept view itself."""
+    from simaccel.compiled import StaticViews, _next_version_key
+    kept = StaticViews({0})
+    p = torch.nn.Parameter(torch.arange(6, dtype=torch.float32))
+    view, _ = kept.host_array(0, p)
+    key = kept.content_key(0, p)
+    assert kept.content_key(0, p) == key
+    assert kept.writeback_view(0, p, view) is view
+    with torch.no_grad():
+        p.add_(1)
+    assert kept.content_key(0, p) == _next_version_key(key)
+    q = torch.nn.Parameter(torch.arange(6, dtype=torch.float32))
+    kept.host_array(0, q)
+    assert kept.content_key(0, q)[0] != key[0]

@@ -1,0 +1,102 @@
+"""Batch plans: a scatter-gather list a program submits on every call, worked out once.
+
+A compiled program moves the same pairs every call (its inputs in, its outputs out): the
+same labels, byte counts, staging and mapped flags, only the host arrays differ. A
+:class:`BatchPlan` holds everything about such a batch that does not depend on the call:
+each descriptor's duration (``latency_ns + nbytes / bandwidth``) and bursts, its trace
+name and args, the batch's counter totals, and, for each channel the round-robin deal can
+start on, which channel every descriptor lands on and what each channel's share adds up
+to. Placing a planned batch is then one step per channel instead of one per descriptor,
+and its trace entry is one small tuple (:data:`simaccel.dma.trace.PlannedBatch`): the
+simulated timeline, stats and trace are exactly those of the same pairs given to
+:meth:`~simaccel.dma.engine.DmaEngine.copy_many`.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ChannelDeal:
+    """Where a batch's descriptors land when the deal starts on one channel.
+
+    tids: each descriptor's channel, in order; offsets: when each starts after its
+    channel's share starts (ns: the durations before it on that channel); active: the
+    channels that get at least one, with the total duration of their share (ns), in
+    channel order; last: the channel of the last descriptor."""
+
+    tids: tuple[int, ...]
+    offsets: tuple[float, ...]
+    active: tuple[tuple[int, float], ...]
+    last: int
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """One batch's call-independent facts (see the module doc); made by
+    :meth:`~simaccel.dma.engine.DmaEngine.plan_batch` for that engine's timing.
+
+    ``nbytes``/``durations``/``bursts``: per descriptor (bytes, ns, count); ``staged`` and
+    ``mapped``: per descriptor flags (mapped: an h2d read in place, nothing copied);
+    ``names``/``args``: the trace's per-span name and compact args; ``timing``: the
+    engine's (channels, latency_ns, bandwidth_gbps, burst_bytes) the plan was made for."""
+
+    kind: str
+    labels: tuple[str, ...]
+    nbytes: tuple[int, ...]
+    staged: tuple[bool, ...]
+    mapped: tuple[bool, ...]
+    durations: tuple[float, ...]
+    bursts: tuple[int, ...]
+    names: tuple[str, ...]
+    #: per descriptor: None, or a strided source's (shape, strides) (trace args)
+    strided: tuple[Any, ...]
+    timing: tuple[int, float, float, int]
+    #: (bytes, bursts, staged bytes, mapped bytes, mapped reads) of the whole batch
+    totals: tuple[int, int, int, int, int]
+    #: trace args per start channel (they name the channel)
+    _args: dict[int, tuple] = field(default_factory=dict, compare=False, repr=False)
+    _deals: dict[int, ChannelDeal] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def special(self) -> bool:
+        """True if some pair is staged or mapped (the plain copy loop does neither)."""
+        return True in self.staged or True in self.mapped
+
+    def deal(self, first: int) -> ChannelDeal:
+        """The round-robin deal starting on channel ``first`` (made once per channel)."""
+        found = self._deals.get(first)
+        if found is None:
+            channels = self.timing[0]
+            tids = tuple((first + i) % channels for i in range(len(self.durations)))
+            totals: dict[int, float] = {}
+            offsets = []
+            for tid, duration in zip(tids, self.durations):
+                before = totals.get(tid, 0.0)
+                offsets.append(before)
+                totals[tid] = before + duration
+            found = ChannelDeal(tids, tuple(offsets), tuple(sorted(totals.items())), tids[-1])
+            self._deals[first] = found
+        return found
+
+    def args(self, first: int) -> tuple:
+        """The spans' compact trace args for a deal starting on ``first`` (see
+        ``simaccel.dma.engine._trace_args``)."""
+        found = self._args.get(first)
+        if found is None:
+            tids = self.deal(first).tids
+            found = tuple((n, self.kind, b, c, s, st, m) for n, b, c, s, st, m in zip(
+                self.nbytes, self.bursts, tids, self.staged, self.strided, self.mapped))
+            self._args[first] = found
+        return found
+
+
+def strided_facts(srcs: Sequence[np.ndarray], mapped: Sequence[bool]) -> tuple[Any, ...]:
+    """Per pair: None for a C-contiguous (or mapped) source, else its (shape, strides):
+    what the trace shows of a gathered copy."""
+    return tuple(None if m or s.flags.c_contiguous else (s.shape, s.strides)
+                 for s, m in zip(srcs, mapped))
