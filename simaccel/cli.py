@@ -66,11 +66,12 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="recompile latency, steady call, compile time, "
                            "kernel throughput and guard overhead of every backend in one run")
     bench.add_argument("--quick", action="store_true",
-                       help="tiny kernel sizes, fewer samples, no inductor; of the compile "
-                       "benchmarks only simaccel's cold and warm compile (about 2 minutes)")
+                       help="tiny kernel sizes, fewer samples, no inductor or aot_eager, "
+                       "the scalar scenarios at dynamic=None only; of the compile "
+                       "benchmarks only simaccel's cold and warm compile (under a minute)")
     bench.add_argument("--backends", type=_backend_list, default=None,
                        help="comma-separated backends (default: eager, dynamo_eager, aot_eager, "
-                       "inductor, simaccel; inductor left out with --quick)")
+                       "inductor, simaccel; inductor and aot_eager left out with --quick)")
     bench.add_argument("--scenarios", default=None,
                        help="comma-separated substrings of scenario ids, e.g. "
                        "'steady,scalar/float_arg,compile' (default: all)")

@@ -61,9 +61,15 @@ class BenchResult:
         return None
 
 
+#: backends ``--quick`` leaves out unless ``--backends`` names them: inductor (its compiles
+#: take seconds each) and aot_eager (Dynamo + AOTAutograd with eager kernels, a fifth of
+#: a quick run; Dynamo's eager backend and plain eager stay as the baselines)
+QUICK_SKIPS = ("inductor", "aot_eager")
+
+
 def default_backends(quick: bool) -> list[str]:
-    """All backends; without inductor in quick mode (its compiles take seconds each)."""
-    return [b for b in BACKENDS if not (quick and b == "inductor")]
+    """All backends; in quick mode without :data:`QUICK_SKIPS`."""
+    return [b for b in BACKENDS if not (quick and b in QUICK_SKIPS)]
 
 
 #: first compiles of the config model per lift setting (quick: 1), alternating; median
@@ -105,10 +111,11 @@ def build_tasks(backends: Sequence[str], cfg: sc.BenchConfig, cache_root: str) -
     """Every (scenario, backend) measurement, grouped as in :data:`GROUPS`."""
     tasks = [Task("steady", "tiny_x*2+1_16", b, lambda b=b: sc.measure_tiny(b, cfg))
              for b in backends]
-    for dynamic in sc.DYNAMIC_MODES:
+    for dynamic in sc.DYNAMIC_MODES:  # quick: Dynamo's default (None) unless named
         for name in SCALAR_SCENARIOS:
             tasks += [Task("scalar", sc.scalar_id(name, dynamic), b,
-                           lambda n=name, b=b, d=dynamic: sc.measure_scalar(n, b, d, cfg))
+                           lambda n=name, b=b, d=dynamic: sc.measure_scalar(n, b, d, cfg),
+                           opt_in=cfg.quick and dynamic is not None)
                       for b in backends]
     for variant in sc.GUARD_VARIANTS:
         tasks += [Task("guard", f"3_scalars[{variant}]", b,

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from simaccel.codegen import numpy_lib
+from simaccel.guards.dynamo import megacache
 from simaccel.runtime import tiers
 from simaccel.runtime.group import bind_launch
 from simaccel.runtime.sizes import SIZE_FUNCTIONS
@@ -52,6 +53,10 @@ def wait_for_kernels() -> int:
     for kernel in waiting:
         kernel.wait(counted=False)
     return len(waiting)
+
+
+# the Mega-Cache records a kernel when it is loaded: a save waits for those still compiling
+megacache.add_before_save(wait_for_kernels)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -63,3 +63,20 @@ def test_plot_without_matplotlib_is_one_line_and_exit_2(tmp_path):
     assert proc.stderr.strip() == ("simaccel bench: error: --plot needs matplotlib: "
                                    "pip install 'simaccel[bench]'")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_a_quick_run_leaves_out_the_slow_baselines_unless_named(tmp_path):
+    """``--quick`` (under a minute): no inductor or aot_eager by default, the scalar
+    scenarios at Dynamo's default ``dynamic=None``; naming a scenario still runs it."""
+    from simaccel.bench import runner
+    from simaccel.bench.scenarios import BenchConfig
+    cfg = BenchConfig.make(True)
+    backends = runner.default_backends(True)
+    assert "inductor" not in backends and "aot_eager" not in backends
+    assert "simaccel" in backends and "dynamo_eager" in backends
+    chosen = runner.select(runner.build_tasks(backends, cfg, str(tmp_path)), None)
+    scalar = [t for t in chosen if t.group == "scalar"]
+    assert scalar and all("dynamic=None" in t.scenario for t in scalar)
+    named = runner.select(runner.build_tasks(backends, cfg, str(tmp_path)),
+                          ["scalar/float_arg[dynamic=False]"])
+    assert {t.backend for t in named} == set(backends)

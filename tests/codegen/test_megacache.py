@@ -35,9 +35,13 @@ LOAD = textwrap.dedent("""\
 
 
 def test_artifacts_round_trip_into_empty_caches(tmp_path):
+    """The saving process runs tier 0 (two compile workers): its save waits for the
+    kernels still compiling, so the artifacts carry all of them."""
     blob = tmp_path / "artifacts.bin"
     first = run_child_program(SAVE.format(path=str(blob)), tmp_path / "a",
-                              NUMBA_CACHE_DIR=str(tmp_path / "numba-a"))
+                              NUMBA_CACHE_DIR=str(tmp_path / "numba-a"),
+                              SIMACCEL_COMPILE_WORKERS="2")
+    assert first["tier0_launches"] > 0
     assert first["kernels_compiled"] > 0 and first["artifacts"] >= first["kernels_compiled"]
     second = run_child_program(LOAD.format(path=str(blob)), tmp_path / "b",
                                NUMBA_CACHE_DIR=str(tmp_path / "numba-b"))
