@@ -9,7 +9,7 @@ source runs as plain Python under ``NUMBA_DISABLE_JIT=1``.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 from simaccel.codegen import scalar_ops
 from simaccel.codegen.dtypes import HALF_DTYPES, compute_dtype, is_float
@@ -23,8 +23,48 @@ from simaccel.codegen.sizes import SIZE_FUNCTION_NAMES, hint, is_value, prod, so
 HALF_LOAD = {"bfloat16": "lib.bf16_load", "float16": "lib.f16_load"}
 HALF_STORE = {"bfloat16": "lib.bf16_store", "float16": "lib.f16_store"}
 
-#: iteration spaces with at least this many elements run their outer loop with prange.
+#: A kernel runs its outer loop with prange (numba's threads) when its iteration space
+#: reaches :data:`PARALLEL_THRESHOLD` elements, or its iteration space times its work per
+#: element reaches this (in "adds"; see :func:`element_work`). Measured on the 2-core
+#: machine (note on issue 16): at 131K-262K elements parallel adds and row sums took 2x
+#: longer; idle, softmax rows of 131K elements took 0.6x and layer norm + GELU of 262K
+#: 0.9x, but with the other core busy 1.5-2x (one thread waits for the time-sliced
+#: one), while the exp passes of a 524K-element attention softmax won idle (0.7x) and
+#: busy (0.55x). This bound parallelises the last and not the others.
+PARALLEL_WORK = 1 << 23
+#: work of one transcendental scalar op (exp, log, tanh, erf, sin, pow...) in adds:
+#: the vectorised float32 polynomials cost ~10-20 multiply-adds
+COSTLY_OP_WORK = 16
+COSTLY_OPS = frozenset({
+    "exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "asin", "acos", "atan",
+    "sinh", "cosh", "log2", "log10", "exp2", "sigmoid", "erf", "erfc", "erfinv", "pow",
+    "atan2", "lgamma", "digamma"})
+#: iteration spaces of at least this many elements run with prange whatever they compute
 PARALLEL_THRESHOLD = 1 << 20
+
+
+def element_work(exprs: list[Expr]) -> int:
+    """Work per element of a kernel computing ``exprs`` (in adds): 1 for its loads and
+    store, 1 per distinct scalar op, :data:`COSTLY_OP_WORK` per transcendental one."""
+    seen: set[int] = set()
+    stack = list(exprs)
+    work = 1
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Op):
+            work += COSTLY_OP_WORK if node.name in COSTLY_OPS else 1
+        stack.extend(node.children())
+    return work
+
+
+def parallel_loop(numel: Any, exprs: list[Expr]) -> bool:
+    """True if a loop of ``numel`` elements computing ``exprs`` is worth prange."""
+    count = hint(numel)
+    return count >= PARALLEL_THRESHOLD or count * element_work(exprs) >= PARALLEL_WORK
+
 
 HEADER = (
     "import math\n"
@@ -181,7 +221,7 @@ def emit_pointwise(k: PointwiseKernel) -> tuple[str, list[str]]:
         raise ValueError(f"{k.name}: emit each part of a fused launch on its own")
     args = kernel_args(k.out.buffer, [k.body, *k.store_index_exprs])
     scatter = bool(k.store_offset)
-    parallel = hint(k.numel) >= PARALLEL_THRESHOLD and len(k.shape) > 0 and not scatter
+    parallel = parallel_loop(k.numel, [k.body]) and len(k.shape) > 0 and not scatter
     rerunnable = not scatter and k.out.buffer not in buffers_read([k.body])
     return _kernel_module(args, parallel, lambda fast: _pointwise_nest(k, parallel, fast),
                           rerunnable), args
@@ -273,7 +313,7 @@ def emit_reduction(k: ReductionKernel) -> tuple[str, list[str]]:
     outs = [p.out.buffer for p in parts]
     reads = buffers_read([p.body for p in parts])
     args = outs + [b for b in reads if b not in outs]
-    parallel = hint(k.numel) >= PARALLEL_THRESHOLD and len(k.out_index) > 0 \
+    parallel = parallel_loop(k.numel, [p.body for p in parts]) and len(k.out_index) > 0 \
         and hint(k.out.numel) > 1
     rerunnable = not set(outs) & set(reads)
     return _kernel_module(args, parallel, lambda fast: _reduction_nest(k, parallel, fast),
