@@ -134,8 +134,7 @@ def _move_planned(plan: BatchPlan, srcs: Sequence[np.ndarray],
         if not plan.special:
             for src, dst, nbytes, label in zip(srcs, dsts, plan.nbytes, plan.labels):
                 if dst.nbytes != nbytes:  # type: ignore[union-attr]
-                    raise ValueError(f"DMA copy {label!r}: {dst.nbytes} bytes, but the "  # type: ignore[union-attr]
-                                     f"batch was planned for {nbytes}")
+                    _unplanned("DMA copy", label, dst.nbytes, nbytes)  # type: ignore[union-attr]
                 copy_array(src, dst, False, label)  # type: ignore[arg-type]
                 done += 1
             return done
@@ -144,17 +143,20 @@ def _move_planned(plan: BatchPlan, srcs: Sequence[np.ndarray],
                                                            plan.labels):
             if mapped:
                 if _mapped_read_bytes(src, staged, label) != nbytes:
-                    raise ValueError(f"mapped read {label!r}: {src.nbytes} bytes, but the "
-                                     f"batch was planned for {nbytes}")
+                    _unplanned("mapped read", label, src.nbytes, nbytes)
             else:
                 if dst.nbytes != nbytes:  # type: ignore[union-attr]
-                    raise ValueError(f"DMA copy {label!r}: {dst.nbytes} bytes, but the "  # type: ignore[union-attr]
-                                     f"batch was planned for {nbytes}")
+                    _unplanned("DMA copy", label, dst.nbytes, nbytes)  # type: ignore[union-attr]
                 copy_array(src, dst, staged, label)  # type: ignore[arg-type]
             done += 1
         return done
     except Exception as exc:
         raise _PlannedPairError(done, exc) from None
+
+
+def _unplanned(what: str, label: str, nbytes: int, planned: int) -> None:
+    raise ValueError(f"{what} {label!r}: {nbytes} bytes, but the batch was planned for "
+                     f"{planned}; make the plan again for these arrays")
 
 
 def _copied(src: np.ndarray, dst: np.ndarray, staged: bool) -> tuple[int, bool, bool, Any]:
