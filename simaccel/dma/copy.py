@@ -43,3 +43,12 @@ def copy_array(src: np.ndarray, dst: np.ndarray, staged: bool = False, label: st
         dst.reshape(src.shape)[...] = src
     else:
         dst[...] = src.reshape(dst.shape)
+
+
+def mapped_read_bytes(src: np.ndarray, staged: bool, label: str) -> int:
+    """Bytes of one mapped read of ``src`` (it moves nothing now); the device reads a mapped
+    array in place, so there is no bounce buffer to stage or gather a strided source."""
+    if staged or not src.flags.c_contiguous:
+        raise ValueError(f"mapped read {label!r}: the source must be C-contiguous and "
+                         f"not staged")
+    return src.nbytes

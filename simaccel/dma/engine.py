@@ -36,9 +36,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from simaccel.dma.clock import SimClock
-from simaccel.dma.copy import copy_array
+from simaccel.dma.copy import copy_array, mapped_read_bytes
 from simaccel.dma.descriptor import KINDS, Descriptor
-from simaccel.dma.plan import BatchPlan, strided_facts
+from simaccel.dma.plan import BatchPlan, PlannedPairError, make_plan, move_planned
 from simaccel.dma.trace import PLANNED, DEFAULT_MAX_EVENTS, TraceEvent, TraceRecorder
 
 COMPUTE_TRACK = "compute"
@@ -109,54 +109,12 @@ def _copy_each(srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray | None],
     for done, src in enumerate(srcs):
         is_staged = staged is not None and staged[done]
         if mapped is not None and mapped[done]:
-            moved.append((_mapped_read_bytes(src, is_staged, labels[done]), is_staged,
+            moved.append((mapped_read_bytes(src, is_staged, labels[done]), is_staged,
                           True, None))
             continue
         dst = dsts[done]
         copy_array(src, dst, is_staged, labels[done])  # type: ignore[arg-type]
         moved.append(_copied(src, dst, is_staged))  # type: ignore[arg-type]
-
-
-class _PlannedPairError(Exception):
-    """A planned batch's pair failed after ``done`` pairs moved (``cause``: why)."""
-
-    def __init__(self, done: int, cause: BaseException):
-        super().__init__(str(cause))
-        self.done, self.cause = done, cause
-
-
-def _move_planned(plan: BatchPlan, srcs: Sequence[np.ndarray],
-                  dsts: Sequence[np.ndarray | None]) -> int:
-    """Move a planned batch's bytes (check its mapped reads); returns the pairs moved.
-    Raises :class:`_PlannedPairError` naming how many moved before a bad pair."""
-    done = 0
-    try:
-        if not plan.special:
-            for src, dst, nbytes, label in zip(srcs, dsts, plan.nbytes, plan.labels):
-                if dst.nbytes != nbytes:  # type: ignore[union-attr]
-                    _unplanned("DMA copy", label, dst.nbytes, nbytes)  # type: ignore[union-attr]
-                copy_array(src, dst, False, label)  # type: ignore[arg-type]
-                done += 1
-            return done
-        for src, dst, nbytes, staged, mapped, label in zip(srcs, dsts, plan.nbytes,
-                                                           plan.staged, plan.mapped,
-                                                           plan.labels):
-            if mapped:
-                if _mapped_read_bytes(src, staged, label) != nbytes:
-                    _unplanned("mapped read", label, src.nbytes, nbytes)
-            else:
-                if dst.nbytes != nbytes:  # type: ignore[union-attr]
-                    _unplanned("DMA copy", label, dst.nbytes, nbytes)  # type: ignore[union-attr]
-                copy_array(src, dst, staged, label)  # type: ignore[arg-type]
-            done += 1
-        return done
-    except Exception as exc:
-        raise _PlannedPairError(done, exc) from None
-
-
-def _unplanned(what: str, label: str, nbytes: int, planned: int) -> None:
-    raise ValueError(f"{what} {label!r}: {nbytes} bytes, but the batch was planned for "
-                     f"{planned}; make the plan again for these arrays")
 
 
 def _copied(src: np.ndarray, dst: np.ndarray, staged: bool) -> tuple[int, bool, bool, Any]:
@@ -192,15 +150,6 @@ def _trace_args(facts: tuple) -> dict[str, Any]:
         args["src_shape"] = list(strided[0])
         args["src_strides"] = list(strided[1])
     return args
-
-
-def _mapped_read_bytes(src: np.ndarray, staged: bool, label: str) -> int:
-    """Bytes of one mapped read of ``src`` (it moves nothing now); the device reads a mapped
-    array in place, so there is no bounce buffer to stage or gather a strided source."""
-    if staged or not src.flags.c_contiguous:
-        raise ValueError(f"mapped read {label!r}: the source must be C-contiguous and "
-                         f"not staged")
-    return src.nbytes
 
 
 def _kind_runs(descs: list[Descriptor]) -> list[tuple[str, tuple[list, ...]]]:
@@ -356,24 +305,11 @@ class DmaEngine:
         :meth:`copy_many`): later calls must pass pairs of the same dtypes, element
         counts and layouts (a program's per-call inputs and outputs, fixed by its guards
         and its workspace)."""
-        keys = _STAT_KEYS.get(kind)
-        if keys is None:
+        if kind not in _STAT_KEYS:
             raise ValueError(f"DMA copy kind must be one of {KINDS}, got {kind!r}")
-        count = len(srcs)
-        staged_t = tuple(bool(x) for x in staged) if staged is not None else (False,) * count
-        mapped_t = tuple(bool(x) for x in mapped) if mapped is not None else (False,) * count
-        if any(mapped_t) and kind != "h2d":
-            raise ValueError(f"only h2d reads can be mapped, got kind {kind!r}")
-        nbytes = tuple(int(s.nbytes if m else d.nbytes)  # type: ignore[union-attr]
-                       for s, d, m in zip(srcs, dsts, mapped_t))
-        bursts = tuple(-(-n // self.burst_bytes) for n in nbytes)
-        mapped_bytes = [n for n, m in zip(nbytes, mapped_t) if m]
-        totals = (sum(nbytes), sum(bursts), sum(n for n, st in zip(nbytes, staged_t) if st),
-                  sum(mapped_bytes), len(mapped_bytes))
-        return BatchPlan(kind, tuple(labels), nbytes, staged_t, mapped_t,
-                         tuple(self.latency_ns + n / self.bandwidth_gbps for n in nbytes),
-                         bursts, _names_of(kind, tuple(labels), mapped_t),
-                         strided_facts(srcs, mapped_t), self._timing, totals)
+        mapped_t = tuple(bool(x) for x in mapped) if mapped is not None else (False,) * len(srcs)
+        return make_plan(kind, srcs, dsts, labels, staged, mapped_t, self._timing,
+                         _names_of(kind, tuple(labels), mapped_t))
 
     def copy_planned(self, plan: BatchPlan, srcs: Sequence[np.ndarray],
                      dsts: Sequence[np.ndarray | None], *, not_before_ns: float = 0.0
@@ -391,8 +327,8 @@ class DmaEngine:
                 raise ValueError(f"DMA batch plan has {len(plan.nbytes)} pairs, got "
                                  f"{len(srcs)} sources and {len(dsts)} destinations")
             try:
-                _move_planned(plan, srcs, dsts)
-            except _PlannedPairError as failed:
+                move_planned(plan, srcs, dsts)
+            except PlannedPairError as failed:
                 self._place(plan.kind, _STAT_KEYS[plan.kind], plan.labels, [
                     (plan.nbytes[i], plan.staged[i], plan.mapped[i], plan.strided[i])
                     for i in range(failed.done)], not_before_ns, None, None)

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from simaccel.dma.copy import copy_array, mapped_read_bytes
+
 
 @dataclass(frozen=True)
 class ChannelDeal:
@@ -100,3 +102,66 @@ def strided_facts(srcs: Sequence[np.ndarray], mapped: Sequence[bool]) -> tuple[A
     what the trace shows of a gathered copy."""
     return tuple(None if m or s.flags.c_contiguous else (s.shape, s.strides)
                  for s, m in zip(srcs, mapped))
+
+
+def make_plan(kind: str, srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray | None],
+              labels: Sequence[str], staged: Sequence[bool] | None, mapped: tuple[bool, ...],
+              timing: tuple[int, float, float, int], names: tuple[str, ...]) -> BatchPlan:
+    """The plan of one batch instance for an engine of ``timing`` (channels, latency_ns,
+    bandwidth_gbps, burst_bytes); ``names``: the spans' trace names."""
+    count = len(srcs)
+    staged_t = tuple(bool(x) for x in staged) if staged is not None else (False,) * count
+    if any(mapped) and kind != "h2d":
+        raise ValueError(f"only h2d reads can be mapped, got kind {kind!r}")
+    _, latency, bandwidth, burst = timing
+    nbytes = tuple(int(s.nbytes if m else d.nbytes)  # type: ignore[union-attr]
+                   for s, d, m in zip(srcs, dsts, mapped))
+    bursts = tuple(-(-n // burst) for n in nbytes)
+    mapped_bytes = [n for n, m in zip(nbytes, mapped) if m]
+    totals = (sum(nbytes), sum(bursts), sum(n for n, st in zip(nbytes, staged_t) if st),
+              sum(mapped_bytes), len(mapped_bytes))
+    return BatchPlan(kind, tuple(labels), nbytes, staged_t, mapped,
+                     tuple(latency + n / bandwidth for n in nbytes), bursts, names,
+                     strided_facts(srcs, mapped), timing, totals)
+
+
+class PlannedPairError(Exception):
+    """A planned batch's pair failed after ``done`` pairs moved (``cause``: why)."""
+
+    def __init__(self, done: int, cause: BaseException):
+        super().__init__(str(cause))
+        self.done, self.cause = done, cause
+
+
+def move_planned(plan: BatchPlan, srcs: Sequence[np.ndarray],
+                  dsts: Sequence[np.ndarray | None]) -> int:
+    """Move a planned batch's bytes (check its mapped reads); returns the pairs moved.
+    Raises :class:`PlannedPairError` naming how many moved before a bad pair."""
+    done = 0
+    try:
+        if not plan.special:
+            for src, dst, nbytes, label in zip(srcs, dsts, plan.nbytes, plan.labels):
+                if dst.nbytes != nbytes:  # type: ignore[union-attr]
+                    _unplanned("DMA copy", label, dst.nbytes, nbytes)  # type: ignore[union-attr]
+                copy_array(src, dst, False, label)  # type: ignore[arg-type]
+                done += 1
+            return done
+        for src, dst, nbytes, staged, mapped, label in zip(srcs, dsts, plan.nbytes,
+                                                           plan.staged, plan.mapped,
+                                                           plan.labels):
+            if mapped:
+                if mapped_read_bytes(src, staged, label) != nbytes:
+                    _unplanned("mapped read", label, src.nbytes, nbytes)
+            else:
+                if dst.nbytes != nbytes:  # type: ignore[union-attr]
+                    _unplanned("DMA copy", label, dst.nbytes, nbytes)  # type: ignore[union-attr]
+                copy_array(src, dst, staged, label)  # type: ignore[arg-type]
+            done += 1
+        return done
+    except Exception as exc:
+        raise PlannedPairError(done, exc) from None
+
+
+def _unplanned(what: str, label: str, nbytes: int, planned: int) -> None:
+    raise ValueError(f"{what} {label!r}: {nbytes} bytes, but the batch was planned for "
+                     f"{planned}; make the plan again for these arrays")
