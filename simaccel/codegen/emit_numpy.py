@@ -30,6 +30,13 @@ from simaccel.codegen.sizes import source
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _LIB_CALLS = {"min": "lib.smaller", "max": "lib.larger", "bool": "lib.to_bool"}
+#: numpy functions the numba kernels call libm for, by their C names: tier 0 calls the
+#: same C function (numpy_lib.libm), since numpy's own SIMD versions round differently
+_LIBM_NAMES = {"exp": "exp", "log": "log", "log1p": "log1p", "expm1": "expm1", "sin": "sin",
+               "cos": "cos", "tan": "tan", "tanh": "tanh", "arcsin": "asin",
+               "arccos": "acos", "arctan": "atan", "sinh": "sinh", "cosh": "cosh",
+               "log2": "log2", "log10": "log10", "exp2": "exp2", "arctan2": "atan2",
+               "power": "pow"}
 
 
 class Unsupported(Exception):
@@ -67,6 +74,16 @@ class _ForArrays(ast.NodeTransformer):
         self.generic_visit(node)
         if isinstance(node.func, ast.Name) and node.func.id in _LIB_CALLS:
             return _call(_LIB_CALLS[node.func.id], node.args)
+        if isinstance(node.func, ast.Attribute) and _root(node.func) == "np" \
+                and node.func.attr in _LIBM_NAMES:
+            name = ast.Constant(_LIBM_NAMES[node.func.attr])
+            return _call("lib.libm", [name, *node.args])
+        return node
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Pow):
+            return _call("lib.power", [node.left, node.right])
         return node
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:

@@ -10,16 +10,66 @@ does. Every helper here is the array form of one in :mod:`.kernel_lib`,
   float64 product plus one rounding (the product of two float32 is exact in float64).
 * NaN, signed-zero and integer-division rules follow the scalar helpers line by line.
 
+* The ops the compiled kernels leave to libm (log1p, tan, atan2, float pow, float64 exp,
+  ...) call the same C function per element (:func:`libm`): numpy's own ufuncs for them
+  are numpy's SIMD math on CPUs it has loops for (on AVX-512, 1-4 ulp away from glibc on
+  many arguments).
+
 Floating-point warnings are off while a tier-0 kernel runs (:mod:`.tiered`), as in the
-compiled kernels. Helpers a tier-0 kernel cannot reproduce (float64 fused multiply-add, the special
-functions) are absent: :mod:`.emit_numpy` then declines the kernel, which waits for its
-compiled version.
+compiled kernels. What a tier-0 kernel cannot reproduce is absent (a float64 fused
+multiply-add, the special functions): :mod:`.emit_numpy` then declines the kernel, which
+waits for its compiled version. A libm op over more than LIBM_ELEMENTS elements raises
+:class:`NeedsLibm` when it runs, and the launch waits likewise.
 """
 from __future__ import annotations
 
-import math
+import ctypes
+import ctypes.util
+import functools
 
 import numpy as np
+
+#: elements up to which a tier-0 kernel calls libm per element (~0.5 us each, so ~65 ms
+#: at the limit); beyond it waiting for the compiled kernel is the cheaper way
+LIBM_ELEMENTS = 1 << 17
+
+_LIBM = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+
+
+class NeedsLibm(Exception):
+    """A tier-0 kernel reached more libm work than it does per element (LIBM_ELEMENTS);
+    the launch waits for the compiled kernel (:mod:`.tiered`)."""
+
+
+@functools.lru_cache(maxsize=128)
+def _libm_ufunc(name: str, nin: int, single: bool) -> np.ufunc:
+    """C's ``name`` (``namef`` if ``single``) as an object ufunc of ``nin`` arguments."""
+    fn = getattr(_LIBM, name + ("f" if single else ""))
+    ctype = ctypes.c_float if single else ctypes.c_double
+    fn.restype, fn.argtypes = ctype, [ctype] * nin
+    return np.frompyfunc(fn, nin, 1)
+
+
+def libm(name: str, *args):
+    """C's ``name`` over ``args`` elementwise, as the compiled kernel calls it: ``namef``
+    on float32 arguments, ``name`` on float64 (numba's types: the arguments' result type,
+    float64 for integers)."""
+    arrays = np.broadcast_arrays(*[np.asarray(a) for a in args])
+    dtype = np.result_type(*arrays)
+    dtype = dtype if dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    if arrays[0].size > LIBM_ELEMENTS:
+        raise NeedsLibm(f"{name} over {arrays[0].size} elements (more than {LIBM_ELEMENTS})")
+    ufunc = _libm_ufunc(name, len(arrays), dtype == np.float32)
+    out = ufunc(*[a.astype(dtype) for a in arrays])
+    return np.asarray(out, dtype=object).astype(dtype)
+
+
+def power(a, b):
+    """``a ** b``: float pow is libm's, integer pow numpy's (the same in both tiers)."""
+    if np.result_type(a, b).kind in "iub":
+        return np.power(a, b)
+    return libm("pow", a, b)
+
 
 #: |x| below which the float32 sin/cos polynomials are accurate (SLEEF's TRIGRANGEMAXf);
 #: kernel_lib takes it from here (this module imports no numba: a warm process runs
@@ -287,10 +337,10 @@ def _float32_or(float32_impl, other):
     return call
 
 
-vexp = _float32_or(_expf, np.exp)
-vtanh = _float32_or(_tanhf, np.tanh)
-verf = _float32_or(_erff, np.vectorize(math.erf, otypes=[float]))
-vlog = _float32_or(_logf, np.log)
+vexp = _float32_or(_expf, functools.partial(libm, "exp"))
+vtanh = _float32_or(_tanhf, functools.partial(libm, "tanh"))
+verf = _float32_or(_erff, functools.partial(libm, "erf"))
+vlog = _float32_or(_logf, functools.partial(libm, "log"))
 
 
 def _range_checked(fast, exact):
@@ -303,8 +353,8 @@ def _range_checked(fast, exact):
     return call
 
 
-vsin = _range_checked(_sinf, np.sin)
-vcos = _range_checked(_cosf, np.cos)
+vsin = _range_checked(_sinf, functools.partial(libm, "sin"))
+vcos = _range_checked(_cosf, functools.partial(libm, "cos"))
 
 
 def trig_arg_wide(x):

@@ -23,9 +23,28 @@ import simaccel
 from simaccel import get_device
 from tests.backend import test_ops as ops
 
+#: float32 ops the compiled kernels call libm for, on two operands
+LIBM_OPS = {
+    "log1p": lambda x, y: torch.log1p(x), "expm1": lambda x, y: torch.expm1(x),
+    "tan": lambda x, y: torch.tan(x), "asin": lambda x, y: torch.asin(x.clamp(-1, 1)),
+    "atan": lambda x, y: torch.atan(x), "sinh": lambda x, y: torch.sinh(x),
+    "log2": lambda x, y: torch.log2(y), "log10": lambda x, y: torch.log10(y),
+    "exp2": lambda x, y: torch.exp2(x), "atan2": torch.atan2,
+    "pow": lambda x, y: torch.pow(y, x), "pow_scalar": lambda x, y: torch.pow(y, 1.7),
+}
+
 #: name -> (table, inputs factory, view, outputs whose float accumulation may differ)
 CASES: dict[str, tuple[dict, Any, Any, tuple[str, ...]]] = {
     "unary_f32": (ops.UNARY, lambda: (ops.specials(10, 12),), lambda x: x.t()[::2, 1:9], ()),
+    # float64 exp/log/tanh/erf and every float32 op below leave their rounding to libm
+    # (numpy's own SIMD versions differ on AVX-512): tier 0 calls libm per element
+    "unary_f64": (ops.UNARY, lambda: (ops.specials(10, 12, dtype=torch.float64),),
+                  lambda x: x.t()[::2, 1:9], ()),
+    "libm_f32": (LIBM_OPS, lambda: (ops.specials(6, 8), ops.specials(8, seed=3).abs()), None,
+                 ()),
+    "libm_f32_wide_trig": ({"sin": lambda x, s: torch.sin(x * s), "cos": lambda x, s:
+                            torch.cos(x * s)},
+                           lambda: (ops.specials(6, 8), torch.full((8,), 3.0e4)), None, ()),
     "binary_f32": (ops.BINARY, lambda: (ops.specials(6, 8), ops.specials(8, seed=3)), None,
                    ()),
     "binary_int": (ops.BINARY_INT, lambda: (ops.randint(6, 8), ops.randint(8, seed=3,
@@ -141,3 +160,54 @@ def test_kernels_start_in_tier0_and_switch_when_the_workers_are_done(monkeypatch
     for got, want, ref in zip(first, again, fn(x, y)):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_a_tier0_form_that_fails_waits_for_its_compiled_kernel(caplog):
+    """The fallback path: a launch whose tier-0 form raises waits for the compile in flight
+    (counted in ``tier0_waits``, logged at INFO) and runs the compiled kernel, which every
+    later launch uses; the tier epoch moves so that programs bind it."""
+    import concurrent.futures
+    import logging
+    import threading
+
+    from simaccel.codegen.tiered import TieredKernel
+    from simaccel.runtime import tiers
+
+    def broken_tier0(out, x):
+        raise FloatingPointError("tier-0 form failed")
+
+    def compiled(out, x):
+        np.add(x, 1.0, out=out)
+
+    pending: concurrent.futures.Future = concurrent.futures.Future()
+    threading.Timer(0.05, pending.set_result, (None,)).start()  # the worker finishing
+    device = get_device()
+    before = device.runtime_stats()
+    epoch = tiers.current()
+    kernel = TieredKernel("k_test", broken_tier0, pending, lambda: compiled, device)
+    out, x = np.zeros(4, np.float32), np.arange(4, dtype=np.float32)
+    with caplog.at_level(logging.INFO, logger="simaccel"):
+        kernel(out, x)
+    np.testing.assert_array_equal(out, x + 1)
+    after = device.runtime_stats()
+    assert after.get("tier0_waits", 0) - before.get("tier0_waits", 0) == 1
+    assert after.get("tier0_launches", 0) == before.get("tier0_launches", 0)
+    assert kernel.ready() and tiers.current() != epoch
+    assert any("tier-0 form of kernel k_test failed" in r.getMessage() for r in caplog.records)
+    kernel(out, out)  # later launches run the compiled kernel
+    np.testing.assert_array_equal(out, x + 2)
+
+
+def test_a_libm_op_beyond_its_element_limit_waits_for_the_compiled_kernel(monkeypatch):
+    """Tier 0 calls libm per element up to numpy_lib.LIBM_ELEMENTS; past it the launch
+    waits for the compiled kernel (counted in tier0_waits) and the result is the same."""
+    from simaccel.codegen import numpy_lib
+    monkeypatch.setattr(numpy_lib, "LIBM_ELEMENTS", 16)
+    x = ops.specials(8, 8)
+    out, stats = _run(torch.log1p, (x,), "only")
+    assert stats["tier0_waits"] == 1 and stats.get("tier0_launches", 0) == 0
+    assert stats["kernels_compiled"] + stats["kernel_cache_hits"] \
+        + stats["kernel_memory_hits"] == 1
+    expected, _ = _run(torch.log1p, (x,), False)
+    assert torch.equal(out.nan_to_num(0.0), expected.nan_to_num(0.0))
+    assert torch.equal(out.isnan(), expected.isnan())
