@@ -2,7 +2,10 @@
 BACKEND`` prints one JSON line ``{"first_call_s": ..., "graphs": ..., ...}``.
 
 The parent points ``SIMACCEL_CACHE_DIR`` and ``TORCHINDUCTOR_CACHE_DIR`` at a folder of its
-choice: empty for a cold compile, the cold run's folder again for a warm one.
+choice: empty for a cold compile, the cold run's folder again for a warm one. Options:
+``--lift auto|off``, ``--workload NAME``, ``--layers N`` (the GPT-2 decoder's depth),
+``--save PATH`` (write ``torch.compiler.save_cache_artifacts()`` after the call) and
+``--load PATH`` (load such artifacts before compiling: torch's Mega-Cache).
 """
 from __future__ import annotations
 
@@ -32,14 +35,18 @@ WORKLOADS = ("mlp3", "scaled_mlp", "config_model", "gpt2")
 
 
 def first_call_in_new_process(backend: str, cache_root: str, lift: str | None = None,
-                              workload: str | None = None) -> dict[str, Any]:
+                              workload: str | None = None, **options: Any) -> dict[str, Any]:
     """Run :func:`main` in a child process; returns its JSON plus ``process_s`` (seconds
     from spawn to exit, interpreter and torch import included). ``lift`` ("auto"/"off",
     simaccel only) compiles with that lift option; ``workload`` is one of
-    :data:`WORKLOADS` (default: the MLP, or with ``lift`` the scaled MLP)."""
+    :data:`WORKLOADS` (default: the MLP, or with ``lift`` the scaled MLP); ``options``:
+    ``layers``, ``save``, ``load`` (see the module doc)."""
     start = time.perf_counter()
     extra = [] if lift is None else ["--lift", lift]
     extra += [] if workload is None else ["--workload", workload]
+    for name, value in options.items():
+        if value is not None:
+            extra += [f"--{name}", str(value)]
     proc = subprocess.run([sys.executable, "-m", "simaccel.bench.coldstart", backend, *extra],
                           env=cache_env(cache_root), text=True, capture_output=True,
                           timeout=TIMEOUT_S)
@@ -51,7 +58,8 @@ def first_call_in_new_process(backend: str, cache_root: str, lift: str | None = 
     return result
 
 
-def _workload(lift: str | None, workload: str | None) -> tuple[Any, tuple, Any]:
+def _workload(lift: str | None, workload: str | None, layers: int | None = None
+              ) -> tuple[Any, tuple, Any]:
     """``(model, args, options)`` of the run."""
     import torch
 
@@ -65,7 +73,7 @@ def _workload(lift: str | None, workload: str | None) -> tuple[Any, tuple, Any]:
     if name == "config_model":
         return (*config_model(), options)
     if name == "gpt2":
-        return (*gpt2(), options)
+        return (*gpt2(n_layer=layers or 6), options)
     if name == "scaled_mlp":
         return scaled_mlp(), (torch.randn(64, 256), 0.5, 3), options
     if name == "mlp3":
@@ -73,22 +81,35 @@ def _workload(lift: str | None, workload: str | None) -> tuple[Any, tuple, Any]:
     raise ValueError(f"unknown workload {name!r}: one of {', '.join(WORKLOADS)}")
 
 
-def main(backend: str, lift: str | None = None, workload: str | None = None) -> dict[str, Any]:
-    """Import, build the workload, then time its first compiled call (seconds)."""
+def main(backend: str, lift: str | None = None, workload: str | None = None,
+         layers: int | None = None, save: str | None = None,
+         load: str | None = None) -> dict[str, Any]:
+    """Import, build the workload, then time its first compiled call (seconds; loading
+    Mega-Cache artifacts from ``load`` is timed with it). simaccel's counters are read
+    after its background compiles finished (the process waits for them at exit anyway)."""
     import torch
     from torch._dynamo.utils import counters
 
     from simaccel.bench.measure import compile_for
 
-    model, args, options = _workload(lift, workload)
+    model, args, options = _workload(lift, workload, layers)
     start = time.perf_counter()
+    if load is not None:
+        with open(load, "rb") as fh:
+            torch.compiler.load_cache_artifacts(fh.read())
     with torch.no_grad():
         compile_for(model, backend, dynamic=False, options=options)(*args)
     result: dict[str, Any] = {"first_call_s": time.perf_counter() - start,
                               "graphs": int(counters["stats"]["unique_graphs"])}
+    if save is not None:  # waits for simaccel's background compiles first
+        saved = torch.compiler.save_cache_artifacts()
+        with open(save, "wb") as fh:
+            fh.write(saved[0] if saved else b"")
     if backend == "simaccel":
         import simaccel
+        simaccel.wait_for_kernels()
         stats = simaccel.get_device().runtime_stats()
+        result["kernels_compiled"] = stats["kernels_compiled"]
         result["kernel_cache_hits"] = stats["kernel_cache_hits"]
         result["tier0_kernels"] = stats.get("tier0_kernels", 0)
         result["lifted"] = sum(len(r.guards.lifted_sources) for r in simaccel.reports())
@@ -102,4 +123,7 @@ def _flag(args: list[str], name: str) -> str | None:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1], _flag(sys.argv, "--lift"), _flag(sys.argv, "--workload"))))
+    _layers = _flag(sys.argv, "--layers")
+    print(json.dumps(main(sys.argv[1], _flag(sys.argv, "--lift"), _flag(sys.argv, "--workload"),
+                          int(_layers) if _layers else None, _flag(sys.argv, "--save"),
+                          _flag(sys.argv, "--load"))))

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from simaccel.bench.runner import GROUPS, BenchResult
-from simaccel.bench.scenarios import CONFIG_WORKLOAD, LIFT_WORKLOAD, MODEL_WORKLOAD, Record
+from simaccel.bench.scenarios import (CONFIG_WORKLOAD, DEPTHS, LIFT_WORKLOAD, MODEL_WORKLOAD,
+                                      Record)
 
 GROUP_TITLES = {
     "steady": "steady per-call time, tiny graph (baseline: Dynamo eager backend)",
@@ -228,12 +229,37 @@ def targets(result: BenchResult) -> list[Target]:
                _median_ratio(result, f"compile/lift_auto_{MODEL_WORKLOAD}", "simaccel",
                              "simaccel", den_key=f"compile/lift_off_{MODEL_WORKLOAD}"), 1.2,
                "(config object with 16 settings; new process, empty caches)"),
+        _depth_target(result),
+        Target("simaccel GPT-2 Mega-Cache load into empty caches / warm first call",
+               _median_ratio(result, f"compile/megacache_load_{MODEL_WORKLOAD}", "simaccel",
+                             "simaccel", den_key=f"compile/megacache_warm_{MODEL_WORKLOAD}"),
+               1.3, _megacache_note(result)),
         Target("simaccel guard check lifted / lift='off'", _guard_check_ratio(result), 1.0,
                "(3 scalars, dynamic=False: type guards + NaN/slot checks vs value guards)"),
         *_kernel_targets(result),
         *_optim_targets(result),
         *_shape_targets(result),
     ]
+
+
+def _depth_target(result: BenchResult) -> Target:
+    """Kernels compiled for the deepest decoder over the shallowest (identical layers
+    share every kernel: target 1.0)."""
+    counts = [result.get(f"compile/layers_{n}_{MODEL_WORKLOAD}", "simaccel") for n in DEPTHS]
+    ratio = note = None
+    if all(counts):
+        first, last = (r.extra["kernels_compiled"] for r in (counts[0], counts[-1]))
+        ratio = last / first if first else None
+        note = f"({last} kernels at {DEPTHS[-1]} layers, {first} at {DEPTHS[0]}; empty caches)"
+    return Target(f"simaccel kernels compiled, GPT-2 {DEPTHS[-1]} / {DEPTHS[0]} layers", ratio,
+                  1.0, note or "")
+
+
+def _megacache_note(result: BenchResult) -> str:
+    loaded = result.get(f"compile/megacache_load_{MODEL_WORKLOAD}", "simaccel")
+    if loaded is None:
+        return ""
+    return f"(kernels compiled after the load: {loaded.extra['kernels_compiled']}; target 0)"
 
 
 #: the compiled optimizer steps bounded: (optimizer, largest simaccel/eager step time)

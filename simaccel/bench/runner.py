@@ -104,6 +104,12 @@ def _compile_tasks(backends: Sequence[str], cfg: sc.BenchConfig, cache_root: str
     tasks.append(Task("compile", f"lift_off+auto_{sc.MODEL_WORKLOAD}", "simaccel",
                       lambda r=root: sc.measure_lift_compiles(r, sc.MODEL_WORKLOAD, 1),
                       opt_in=True))
+    root = os.path.join(cache_root, f"layers-{sc.MODEL_WORKLOAD}")
+    tasks.append(Task("compile", f"layers_2+12_{sc.MODEL_WORKLOAD}", "simaccel",
+                      lambda r=root: sc.measure_depth_kernels(r), opt_in=True))
+    root = os.path.join(cache_root, f"megacache-{sc.MODEL_WORKLOAD}")
+    tasks.append(Task("compile", f"megacache_{sc.MODEL_WORKLOAD}", "simaccel",
+                      lambda r=root: sc.measure_megacache(r), opt_in=True))
     return tasks
 
 

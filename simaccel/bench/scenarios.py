@@ -184,6 +184,43 @@ def measure_compile(backend: str, phase: str, cache_root: str,
                    "phases_s": result.get("phases_s")})
 
 
+#: decoder depths whose kernel counts are compared (identical layers share kernels)
+DEPTHS = (2, 12)
+
+
+def measure_depth_kernels(cache_root: str) -> list[Record]:
+    """The GPT-2-style decoder's first call at each of :data:`DEPTHS` layers, each in a
+    new process on empty caches: seconds, with ``extra["kernels_compiled"]`` (numba
+    compiles, background ones included)."""
+    records = []
+    for layers in DEPTHS:
+        result = first_call_in_new_process("simaccel", os.path.join(cache_root, f"{layers}"),
+                                           workload=MODEL_WORKLOAD, layers=layers)
+        records.append(Record("compile", f"layers_{layers}_{MODEL_WORKLOAD}", "simaccel",
+                              result["first_call_s"], 1,
+                              {"kernels_compiled": result["kernels_compiled"],
+                               "process_s": result["process_s"]}))
+    return records
+
+
+def measure_megacache(cache_root: str) -> list[Record]:
+    """torch's Mega-Cache round trip on the GPT-2-style decoder, each step a new process:
+    a cold first call that saves ``save_cache_artifacts()``, a first call on empty caches
+    that loads them first (``megacache_load``, the load timed with it), and a warm first
+    call on the cold run's caches (``megacache_warm``, the baseline)."""
+    blob = os.path.join(cache_root, "artifacts.bin")
+    runs = {"save": first_call_in_new_process("simaccel", os.path.join(cache_root, "cold"),
+                                              workload=MODEL_WORKLOAD, save=blob)}
+    runs["load"] = first_call_in_new_process("simaccel", os.path.join(cache_root, "empty"),
+                                             workload=MODEL_WORKLOAD, load=blob)
+    runs["warm"] = first_call_in_new_process("simaccel", os.path.join(cache_root, "cold"),
+                                             workload=MODEL_WORKLOAD)
+    return [Record("compile", f"megacache_{step}_{MODEL_WORKLOAD}", "simaccel",
+                   r["first_call_s"], 1, {"kernels_compiled": r["kernels_compiled"],
+                                          "process_s": r["process_s"]})
+            for step, r in runs.items()]
+
+
 def measure_lift_compiles(cache_root: str, workload: str = LIFT_WORKLOAD,
                           rounds: int = 1) -> list[Record]:
     """First call of a scalar workload (the scaled MLP: three Python scalars; the config
