@@ -46,6 +46,8 @@ class CompiledGraph:
         self.report = report
         #: argument indices fed to the constant bank (lifted scalars, 0-d inputs)
         self._scalar_indices = frozenset(program.bank_inputs)
+        #: inputs only the constant bank reads: a Python number or a 0-d tensor is fine
+        self.bank_inputs = self._scalar_indices
         #: argument indices of the inputs the program writes back (input mutations)
         self._writebacks = program.spec.writebacks
         #: host views of the static-address inputs (parameters, optimizer state), kept

@@ -173,6 +173,9 @@ class StagedGraph:
     like :class:`simaccel.compiled.CompiledGraph`)."""
 
     _boxed_call = True
+    #: inputs that may arrive as Python numbers (CompiledGraph.bank_inputs): none, since
+    #: host steps between the stages may read any input as a tensor
+    bank_inputs: frozenset[int] = frozenset()
 
     def __init__(self, gm: torch.fx.GraphModule, stages: Sequence[CompiledStage],
                  report: Any, host_ops: int, readbacks: int):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -66,12 +67,23 @@ def time_call(fn: Callable, args: tuple) -> float:
     return time.perf_counter() - start
 
 
+def settle() -> None:
+    """Wait for simaccel's kernels still compiling in the background (if simaccel is in
+    use): a steady-state timing must not time their tier-0 forms, which run until the
+    compile workers are done (seconds after the first call)."""
+    simaccel = sys.modules.get("simaccel")
+    if simaccel is not None:
+        simaccel.wait_for_kernels()
+
+
 def time_batches(fn: Callable, args: tuple, batches: int, batch: int) -> list[float]:
-    """Mean seconds per call of each of ``batches`` batches of ``batch`` calls.
+    """Mean seconds per call of each of ``batches`` batches of ``batch`` calls, once the
+    background compiles are done (:func:`settle`).
 
     For calls of a few microseconds, where one ``perf_counter`` pair per call would be
     part of what is measured.
     """
+    settle()
     out = []
     for _ in range(batches):
         start = time.perf_counter()
@@ -83,6 +95,8 @@ def time_batches(fn: Callable, args: tuple, batches: int, batch: int) -> list[fl
 
 def batch_size_for(fn: Callable, args: tuple, budget_s: float = 2e-3) -> int:
     """Calls per batch so one batch takes about ``budget_s`` seconds (1..1000)."""
+    settle()
+    fn(*args)  # the first call after a kernel switched tiers binds its launches again
     once = max(time_call(fn, args), 1e-7)
     return max(1, min(1000, int(budget_s / once)))
 

@@ -132,6 +132,7 @@ def _timed_rounds(pair: StepPair, step: Callable[[], Any], sizes: OptimSizes
     """Mean seconds per step of each round: the backend's and the eager copy's (which of
     the two steps first alternates by round: neither gets the warmer caches throughout)."""
     fns = (step, pair.ref_opt.step)
+    measure.settle()
     ours, eager = [], []
     for i in range(sizes.rounds):
         order = (0, 1) if i % 2 == 0 else (1, 0)

@@ -117,6 +117,7 @@ def time_changed_and_steady(run: ScalarRun, cfg: BenchConfig) -> tuple[list[floa
     at least ``cfg.min_changed`` rounds, more (up to ``cfg.max_changed``) while the
     changed calls fit in ``cfg.changed_budget_s``.
     """
+    measure.settle()
     for _ in range(5):  # warm-up at the steady value, untimed
         run.compiled(*run.steady_args())
     changed: list[float] = []

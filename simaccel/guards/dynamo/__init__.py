@@ -25,6 +25,7 @@ Modules, by concern:
 * :mod:`.values`: module-state tensors, size hints, leaving fake-tensor mode.
 * :mod:`.aot`: AOTAutograd: its entry point, decomposition tables, whether its runtime
   wrapper is needed, what a backward graph's inputs are in the forward graph.
+* :mod:`.rawargs`: lifted scalars reach a directly called graph as Python numbers.
 * :mod:`.megacache`: simaccel's artifact type in torch's Mega-Cache.
 * :mod:`.ddp`: the DDP module whose forward is compiling, the DDPOptimizer split index.
 * :mod:`.shapes`: the guards size decisions add to the frame's shape env.
@@ -55,6 +56,7 @@ from simaccel.guards.dynamo.install import (
 )
 from simaccel.guards.dynamo.lifted import inspect_lifted, scalar_inputs
 from simaccel.guards.dynamo.logs import register_torch_logs
+from simaccel.guards.dynamo.rawargs import pass_scalars_unwrapped
 from simaccel.guards.dynamo.retrace import pending_retrace, request_retrace
 from simaccel.guards.dynamo.shapes import shape_guard_count, shape_guards_since
 from simaccel.guards.dynamo.unliftable import changed_sources, remember_unliftable, unliftable
@@ -70,7 +72,7 @@ __all__ = [
     "current_compile_id", "fake_mode_of", "ddp_split_index", "decompositions_for", "errors_reach_user", "eval_frame_expression", "frame_slot",
     "frame_value", "graph_end", "graph_inputs", "guard_symint_range", "involved_sources", "has_static_address",
     "in_resume_frame", "inspect_lifted", "install_frame_expression", "install_lambda_guard",
-    "is_module_state", "megacache", "pending_retrace", "readable_guards", "register_torch_logs",
+    "is_module_state", "megacache", "pass_scalars_unwrapped", "pending_retrace", "readable_guards", "register_torch_logs",
     "remember_unliftable", "request_retrace", "resolve_source", "runtime_wrapper_needed", "version_bumped_inputs",
     "scalar_inputs", "shape_guard_count", "shape_guards_since", "size_hint", "symbol_predicates", "unliftable", "unset_fake_temporarily",
     "value_guard_sites",

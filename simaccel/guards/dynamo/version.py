@@ -82,6 +82,9 @@ REQUIRED_INTERNALS: tuple[tuple[str, str], ...] = (
 AOT_META_FIELDS = frozenset({"input_info", "output_info", "num_intermediate_bases", "tokens",
                              "subclass_inp_meta"})
 
+#: the fields of Dynamo's GraphArg :mod:`.rawargs` reads and sets
+GRAPHARG_FIELDS = frozenset({"pass_arg_as_tensor", "is_tensor", "fake_tensor"})
+
 
 def assert_supported_torch() -> None:
     """Fail loudly if this torch is not the one whose internals this package was written for.
@@ -115,6 +118,10 @@ def _check_record_fields() -> None:
     from torch._dynamo import pgo
     from torch._dynamo.exc import RestartAnalysis, TensorifyScalarRestartAnalysis
     from torch._functorch._aot_autograd.schemas import ViewAndMutationMeta
+    from torch._dynamo.variables.builder import GraphArg
+    missing_arg = GRAPHARG_FIELDS - {f.name for f in dataclasses.fields(GraphArg)}
+    if missing_arg:
+        raise SimAccelError(f"torch internals changed: GraphArg has no {missing_arg}")
     if "scalar" not in {f.name for f in dataclasses.fields(pgo.FrameStateSizeEntry)}:
         raise SimAccelError("torch internals changed: FrameStateSizeEntry has no 'scalar'")
     missing = AOT_META_FIELDS - {f.name for f in dataclasses.fields(ViewAndMutationMeta)}
