@@ -255,11 +255,14 @@ class HostOutputs:
         self._cache: dict[tuple[int, ...], tuple[list, dict[int, int]]] = {}
 
     def at(self, sizes: tuple[int, ...]) -> tuple[list[tuple | None], dict[int, int]]:
-        found = self._cache.get(sizes)
+        """The output specs and symbolic int outputs at ``sizes`` (cached by the symbols
+        they read: an int only kernels read shares them across its values)."""
+        key = self._evaluate.key(sizes)
+        found = self._cache.get(key)
         if found is None:
             if len(self._cache) >= MAX_LAYOUTS:
                 self._cache.pop(next(iter(self._cache)))
-            found = self._cache[sizes] = self._make(iter(self._evaluate(sizes)))
+            found = self._cache[key] = self._make(iter(self._evaluate(sizes)))
         return found
 
     def _make(self, values: Any) -> tuple[list[tuple | None], dict[int, int]]:

@@ -10,8 +10,8 @@ is cached per size tuple.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +28,11 @@ MAX_LAYOUTS = 64
 @dataclass(frozen=True)
 class SizedLayout:
     """One size tuple's numbers: elements per buffer, the memory plan, each step's launch
-    parameters and roofline cost, each output's (shape, strides, offset) in elements."""
+    parameters and roofline cost, each output's (shape, strides, offset) in elements.
+    ``key``: the values of the symbols any of these read (:meth:`Layouts.at`); a symbol
+    only kernels read (an int argument used as a number, from the size bank) is in
+    ``sizes`` alone, so a new value of it shares the layout, its workspace binding and
+    its DMA plans."""
 
     sizes: tuple[int, ...]
     numel: dict[str, int]
@@ -36,6 +40,7 @@ class SizedLayout:
     params: list[tuple[int, ...]]
     costs: list[tuple[float, float]]
     outputs: list[tuple[tuple[int, ...], tuple[int, ...], int] | None]
+    key: tuple[int, ...] = ()
 
 
 def liveness(spec: ProgramSpec) -> list[tuple[str, int, int]]:
@@ -77,8 +82,7 @@ class Layouts:
             if out is not None:
                 exprs += [*out.shape, *out.strides, out.offset]
         exprs += [condition for condition, _ in spec.size_asserts]
-        self._evaluate: Callable[[tuple[int, ...]], tuple[int, ...]] = SizeFunction(
-            [s.symbol for s in spec.symbols], exprs)
+        self._evaluate = SizeFunction([s.symbol for s in spec.symbols], exprs)
         self._cache: OrderedDict[tuple[int, ...], SizedLayout] = OrderedDict()
         planned = spec.plan_sizes or spec.example_sizes
         example = self._numbers(planned if spec.symbols else ())
@@ -96,12 +100,14 @@ class Layouts:
     def at(self, sizes: tuple[int, ...]) -> SizedLayout:
         """The layout for this call's sizes (the symbols' values, in ``spec.symbols``
         order)."""
-        layout = self._cache.get(sizes)
+        key = self._evaluate.key(sizes)
+        layout = self._cache.get(key)
         if layout is None:
             numbers = self._numbers(sizes)
-            layout = self._layout(sizes, numbers, self._plan_for(self._nbytes(numbers[0])))
-        else:
-            self._cache.move_to_end(sizes)
+            return self._layout(sizes, numbers, self._plan_for(self._nbytes(numbers[0])))
+        self._cache.move_to_end(key)
+        if layout.sizes != sizes:  # a new value of a symbol only kernels read
+            layout = self._cache[key] = replace(layout, sizes=sizes)
         return layout
 
     def _plan_for(self, nbytes: dict[str, int]):
@@ -147,8 +153,9 @@ class Layouts:
         all_costs: list[tuple[float, float]] = [(0.0, 0.0)] * len(self.spec.steps)
         for k, p, c in zip(self._launch_index, params, costs):
             all_params[k], all_costs[k] = p, c
-        layout = SizedLayout(sizes, numel, plan, all_params, all_costs, outputs)
-        self._cache[sizes] = layout
+        key = self._evaluate.key(sizes)
+        layout = SizedLayout(sizes, numel, plan, all_params, all_costs, outputs, key)
+        self._cache[key] = layout
         if len(self._cache) > MAX_LAYOUTS:
             self._cache.popitem(last=False)
         return layout

@@ -177,8 +177,8 @@ class Program:
                 self._tier_epoch = tiers.current()
             try:
                 bound = self._bind_workspace(self._workspace(layout.plan.total_bytes), layout)
-                ready = max(ready, self._upload(bound, args, data_ptrs))
-                end = self._launch_all(bound, ready)
+                ready = max(ready, self._upload(bound, args, data_ptrs, layout.sizes))
+                end = self._launch_all(bound, ready, layout.sizes)
                 self._download(bound, host_outputs, end, data_ptrs)
             except BaseException:
                 for plan in self._resident_written:
@@ -244,7 +244,7 @@ class Program:
         """Views of every buffer in ``block`` and the launches bound to them (made once
         per block and size tuple; a kernel reading a host-mapped input is bound per call,
         later)."""
-        bound = self._bound.get(layout.sizes)
+        bound = self._bound.get(layout.key)
         if bound is not None and bound.offset == block.offset:
             return bound
         memory, numel = self.device.memory, layout.numel
@@ -275,7 +275,7 @@ class Program:
                                durations, layout)
         if len(self._bound) >= MAX_LAYOUTS:
             self._bound.pop(next(iter(self._bound)))  # the oldest size tuple's
-        self._bound[layout.sizes] = bound
+        self._bound[layout.key] = bound
         return bound
 
     def _launch_args(self, k: int, arrays: list[np.ndarray], layout: SizedLayout) -> list:
@@ -284,11 +284,10 @@ class Program:
         return [*arrays, *layout.params[k], *self._slots[k]]
 
     def _upload(self, bound: BoundWorkspace, args: list[Any],
-                data_ptrs: list[int] | None) -> float:
+                data_ptrs: list[int] | None, sizes: tuple[int, ...]) -> float:
         """DMA the per-call tensor inputs (one scatter-gather submit) and, if a lifted
-        scalar or a size symbol changed, the constant bank (one descriptor); returns when
-        both are done (ns)."""
-        dma = self.device.dma
+        scalar or a size symbol (``sizes``: this call's) changed, the constant bank (one
+        descriptor); returns when both are done (ns)."""
         end = 0.0
         if self._streamed:
             srcs = [args[p.index] for p in self._streamed]
@@ -302,9 +301,11 @@ class Program:
             # mapped inputs ride in the same submit: one h2d transfer per call
             end = self._copy_planned(bound, "h2d", srcs, dsts, self._streamed_labels, staged,
                                      self._mapped_flags, 0.0)
-        if self._bank.used and self._bank.pack(args, bound.layout.sizes):
-            end = max(end, dma.copy_one("const", self._bank.host, self._state.bank,
-                                        "constant bank"))
+        if self._bank.used and self._bank.pack(args, sizes):
+            # planned like the inputs: a changed scalar costs one planned step
+            end = max(end, self._copy_planned(bound, "const", [self._bank.host],
+                                              [self._state.bank], ["constant bank"], None,
+                                              None, 0.0))
         return end
 
     def _bind_mapped(self, bound: BoundWorkspace, srcs: list[np.ndarray],
@@ -385,7 +386,10 @@ class Program:
             self._bound.clear()
         return view
 
-    def _launch_all(self, bound: BoundWorkspace, ready_ns: float) -> float:
+    def _launch_all(self, bound: BoundWorkspace, ready_ns: float,
+                    sizes: tuple[int, ...]) -> float:
+        """Run every step on ``bound`` after ``ready_ns``; ``sizes``: this call's symbol
+        values (a host step may read any of them). Returns when the last is done (ns)."""
         device = self.device
         schedule = device.dma.schedule_compute
         clock = time.perf_counter_ns
@@ -399,8 +403,8 @@ class Program:
                     wall += clock() - t0
                 end = schedule(step.name, duration, end)[1]
             else:
-                sizes = dict(zip(self._symbol_names, bound.layout.sizes))
-                end = self._run_host(step, bound.views, end, sizes)
+                end = self._run_host(step, bound.views, end,
+                                     dict(zip(self._symbol_names, sizes)))
         self._kernel_wall_ns = wall
         return end
 

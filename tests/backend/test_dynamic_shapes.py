@@ -83,6 +83,33 @@ def test_sizes_reach_the_device_through_the_constant_bank_only_when_they_change(
     assert sources and all("= _zb[_zs0]" in src for src in sources)
 
 
+def _scaled_by_int(x: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.sin(x) * n + n
+
+
+def test_an_int_used_as_a_number_shares_one_layout_across_its_values():
+    """An int argument that sizes nothing (lifted: a SymInt from the first compile)
+    reaches the kernels through the size bank only: each new value is one ``const``
+    transfer, and the call keeps the program's layout, workspace binding and DMA plans
+    (one of each) instead of making them again per value."""
+    torch._dynamo.reset()
+    counters.clear()
+    device = simaccel.get_device()
+    compiled = torch.compile(_scaled_by_int, backend="simaccel")
+    x = torch.randn(64)
+    values = (3, 4, 5, 9, 3, 100, -7, 5)
+    for i, n in enumerate(values):
+        before = device.dma_stats()["const.transfers"]
+        torch.testing.assert_close(compiled(x, n), _scaled_by_int(x, n), rtol=1e-6, atol=1e-5)
+        if i:  # a transfer iff the value changed
+            assert device.dma_stats()["const.transfers"] - before == int(n != values[i - 1])
+    assert counters["stats"]["unique_graphs"] == 1
+    program = _program_of(simaccel.reports()[-1])
+    assert [s.symbol for s in program.spec.symbols] and len(program._bound) == 1
+    assert len(program._layouts._cache) == 1
+    assert device.runtime_stats()["host_fallback_ops"] == 0
+
+
 def _decode_grow(layer: CachedAttention, steps: int) -> list[tuple]:
     x = torch.randn(1, 1, 32)
     k = v = torch.zeros(1, 4, 0, 8)
