@@ -206,15 +206,17 @@ def _call_path(gm: torch.fx.GraphModule, forward: Callable[..., Any],
     if len(inference) != 1:  # a training graph: AOTAutograd's autograd.Function runs it
         return forward
     compiled, why = inference[0]
-    unwrapped = dynamo.pass_scalars_unwrapped(gm, compiled.bank_inputs) \
-        if why is None else []
+    if why is not None:
+        path, called = f"AOTAutograd runtime wrapper ({why})", forward
+    else:
+        unwrapped = dynamo.pass_scalars_unwrapped(gm, compiled.bank_inputs)
+        numbers = f"; {len(unwrapped)} lifted scalar(s) passed as Python numbers" \
+            if unwrapped else ""
+        path = f"direct (inference graph, no AOTAutograd runtime wrapper needed{numbers})"
+        called = compiled.call_unboxed
     if compiled.report is not None:
-        compiled.report.call_path = (
-            "direct (inference graph, no AOTAutograd runtime wrapper needed"
-            + (f"; {len(unwrapped)} lifted scalar(s) passed as Python numbers"
-               if unwrapped else "") + ")" if why is None
-            else f"AOTAutograd runtime wrapper ({why})")
-    return forward if why is not None else compiled.call_unboxed
+        compiled.report.call_path = path
+    return called
 
 
 def _prepare_guards(gm: torch.fx.GraphModule, example_inputs: list[Any], opts: Options) -> Any:

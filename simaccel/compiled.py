@@ -44,20 +44,19 @@ class CompiledGraph:
         self.resident = sorted(program.resident_inputs)
         #: the graph's CompileReport (None for graphs compiled outside the backend)
         self.report = report
-        #: argument indices fed to the constant bank (lifted scalars, 0-d inputs)
-        self._scalar_indices = frozenset(program.bank_inputs)
-        #: inputs only the constant bank reads: a Python number or a 0-d tensor is fine
-        self.bank_inputs = self._scalar_indices
+        #: argument indices fed to the constant bank (lifted scalars, 0-d inputs): only
+        #: the bank reads them, so a Python number or a 0-d tensor is fine there
+        self.bank_inputs = frozenset(program.bank_inputs)
         #: argument indices of the inputs the program writes back (input mutations)
         self._writebacks = program.spec.writebacks
         #: host views of the static-address inputs (parameters, optimizer state), kept
         #: between calls; the 0-d inputs the bank reads by value are never kept
-        static = static_inputs - self._scalar_indices
+        static = static_inputs - self.bank_inputs
         self._static = StaticViews(static) if static else None
         #: static-address 0-d inputs the bank reads by value and the graph updates in
         #: place (an optimizer's step counts): their write-back views, kept as
         #: (tensor, data address, view) by index
-        self._static_scalars = static_inputs & self._scalar_indices
+        self._static_scalars = static_inputs & self.bank_inputs
         self._kept_writebacks: dict[int, tuple] = {}
         #: written-back inputs whose version this graph increments after the call, as an
         #: in-place op does in eager (AOTAutograd increments the others, before the call;
@@ -69,7 +68,7 @@ class CompiledGraph:
         self._resident_written = program.resident_written
 
     def __call__(self, args: list[Any]) -> list[Any]:
-        host_args, data_ptrs = _host_arrays(args, self._scalar_indices, self._static)
+        host_args, data_ptrs = _host_arrays(args, self.bank_inputs, self._static)
         keys = {i: self._content_key(i, args[i]) for i in self.resident} \
             if self.resident else None
         layout = self.program.layout_for(host_args)

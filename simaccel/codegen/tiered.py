@@ -9,9 +9,9 @@ again then (:func:`simaccel.runtime.tiers.bump`), so a group of native kernels b
 one command list as usual.
 
 Both tiers compute the same IR with the same dtypes; what can differ is a float sum's
-association (numpy adds pairwise, the compiled loop in order: ``numpy_lib.fold``); ops
-that only libm rounds as the compiled kernel does have no tier-0 form
-(``numpy_lib.LIBM_OPS``). A tier-0 form that fails at run time (an index a select would have skipped) is
+association (numpy adds pairwise, the compiled loop in order: ``numpy_lib.fold``); an op
+the compiled kernel leaves to libm calls the same C function per element in tier 0
+(``numpy_lib.libm``). A tier-0 form that fails at run time (an index a select would have skipped) is
 logged and the launch waits for the compiled kernel instead: a tier never changes a
 result's correctness, only when the kernel is fast.
 

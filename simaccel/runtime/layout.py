@@ -40,7 +40,7 @@ class SizedLayout:
     params: list[tuple[int, ...]]
     costs: list[tuple[float, float]]
     outputs: list[tuple[tuple[int, ...], tuple[int, ...], int] | None]
-    key: tuple[int, ...] = ()
+    key: tuple[int, ...]
 
 
 def liveness(spec: ProgramSpec) -> list[tuple[str, int, int]]:
@@ -85,12 +85,14 @@ class Layouts:
         self._evaluate = SizeFunction([s.symbol for s in spec.symbols], exprs)
         self._cache: OrderedDict[tuple[int, ...], SizedLayout] = OrderedDict()
         planned = spec.plan_sizes or spec.example_sizes
-        example = self._numbers(planned if spec.symbols else ())
+        traced = tuple(planned) if spec.symbols else ()
+        example = self._numbers(traced)
         self._stacked: StackedPlan | None = None
         #: the bucket's plan (static-shape mode), used for every call whose buffers fit
         self._bucket_plan = None
-        first = self._layout(planned if spec.symbols else (), example,
-                             plan_memory(self._plan_buffers(example[0]), spec.alignment))
+        first = self._layout(traced, example,
+                             plan_memory(self._plan_buffers(example[0]), spec.alignment),
+                             self._evaluate.key(traced))
         if spec.symbols:
             self._stacked = StackedPlan(first.plan)
             if spec.plan_sizes:
@@ -104,7 +106,7 @@ class Layouts:
         layout = self._cache.get(key)
         if layout is None:
             numbers = self._numbers(sizes)
-            return self._layout(sizes, numbers, self._plan_for(self._nbytes(numbers[0])))
+            return self._layout(sizes, numbers, self._plan_for(self._nbytes(numbers[0])), key)
         self._cache.move_to_end(key)
         if layout.sizes != sizes:  # a new value of a symbol only kernels read
             layout = self._cache[key] = replace(layout, sizes=sizes)
@@ -147,13 +149,13 @@ class Layouts:
         nbytes = self._nbytes(numel)
         return [PlanBuffer(name, nbytes[name], first, last) for name, first, last in self._live]
 
-    def _layout(self, sizes: tuple[int, ...], numbers: tuple, plan: MemoryPlan) -> SizedLayout:
+    def _layout(self, sizes: tuple[int, ...], numbers: tuple, plan: MemoryPlan,
+                key: tuple[int, ...]) -> SizedLayout:
         numel, params, costs, outputs = numbers
         all_params: list[tuple[int, ...]] = [()] * len(self.spec.steps)
         all_costs: list[tuple[float, float]] = [(0.0, 0.0)] * len(self.spec.steps)
         for k, p, c in zip(self._launch_index, params, costs):
             all_params[k], all_costs[k] = p, c
-        key = self._evaluate.key(sizes)
         layout = SizedLayout(sizes, numel, plan, all_params, all_costs, outputs, key)
         self._cache[key] = layout
         if len(self._cache) > MAX_LAYOUTS:

@@ -102,14 +102,14 @@ class SizeFunction:
         names = set(re.findall(r"[A-Za-z_]\w*", body))
         #: positions (in ``symbols``) of the symbols some size reads: the others change
         #: no result, so a cache of results may key on these alone (:meth:`key`)
-        self.used_positions = tuple(i for i, s in enumerate(self.symbols) if s in names)
-        self._every_symbol_used = len(self.used_positions) == len(self.symbols)
+        self._used_positions = tuple(i for i, s in enumerate(self.symbols) if s in names)
+        self._every_symbol_used = len(self._used_positions) == len(self.symbols)
 
     def key(self, values: tuple[int, ...]) -> tuple[int, ...]:
         """The values of the used symbols: calls with the same key get the same sizes."""
         if self._every_symbol_used:
             return values
-        return tuple(values[i] for i in self.used_positions)
+        return tuple(values[i] for i in self._used_positions)
 
     def __call__(self, values: Sequence[int]) -> tuple[int, ...]:
         return tuple(int(v) for v in self._fn(*values))
