@@ -36,12 +36,24 @@ def _scores(q: torch.Tensor, k: torch.Tensor, is_causal: bool, attn_mask: Any,
     return scores
 
 
+def _library_runs(*tensors: Any) -> bool:
+    """True if the fused-attention library call takes these operands: static shapes (no
+    size symbol) and a dtype its kernels have."""
+    present = [t for t in tensors if t is not None]
+    return all(not any(isinstance(d, torch.SymInt) for d in t.shape)
+               and t.dtype in LIBRARY_DTYPES for t in present)
+
+
+#: dtypes of the fused-attention library kernels (the CPU flash attention's)
+LIBRARY_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+
+
 def sdpa_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  dropout_p: float = 0.0, is_causal: bool = False, *, attn_mask: Any = None,
                  scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(output, logsumexp) of ``_scaled_dot_product_flash_attention_for_cpu`` (no
     dropout: with ``dropout_p > 0`` the op is left to run as it is)."""
-    if dropout_p:
+    if dropout_p or _library_runs(query, key, value, attn_mask):
         return NotImplemented
     scores = _scores(query, key, is_causal, attn_mask, scale)
     lse = torch.logsumexp(scores, dim=-1)
@@ -54,7 +66,7 @@ def sdpa_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor
                   dropout_p: float, is_causal: bool, *, attn_mask: Any = None,
                   scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad_query, grad_key, grad_value) of the forward above."""
-    if dropout_p:
+    if dropout_p or _library_runs(grad_out, query, key, value, out, logsumexp, attn_mask):
         return NotImplemented
     factor = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
     scores = _scores(query, key, is_causal, attn_mask, scale)

@@ -11,7 +11,8 @@ import torch.fx
 
 from simaccel.codegen.dtypes import (BANK_TORCH_DTYPES, NUMPY_TORCH_DTYPES, PLAIN_TORCH_DTYPES,
                                      byte_view)
-from simaccel.codegen.ir import contiguous_strides
+from simaccel.codegen.input_views import input_view_outputs
+from simaccel.codegen.ir import contiguous_strides, dense_strides
 from simaccel.codegen.size_args import runtime_size, runtime_sizes
 from simaccel.codegen.sizes import is_symbolic
 from simaccel.errors import SimAccelError
@@ -273,7 +274,7 @@ class HostOutputs:
             shape = tuple(next(values) for _ in meta.shape)
             stride = tuple(next(values) for _ in meta.shape)
             offset = next(values)
-            if not _dense_strides(list(shape), list(stride)):
+            if not dense_strides(list(shape), list(stride)):
                 stride = contiguous_strides(shape)
             specs.append((shape, stride, meta.dtype, offset))
         return specs, {k: next(values) for k in self._scalar_outputs}
@@ -288,17 +289,6 @@ def _new_output(shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dt
         return torch.empty_strided(shape, stride, dtype=dtype)
     extent = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
     return torch.empty(offset + extent, dtype=dtype).as_strided(shape, stride, offset)
-
-
-def _dense_strides(shape: list[int], stride: list[int]) -> bool:
-    """True if (shape, stride) covers exactly prod(shape) elements without overlap."""
-    dims = sorted((s, n) for s, n in zip(stride, shape) if n != 1)
-    expected = 1
-    for s, n in dims:
-        if s != expected:
-            return False
-        expected *= n
-    return True
 
 
 def _writeback_view(t: torch.Tensor, host: Any) -> np.ndarray:
@@ -323,9 +313,10 @@ def _numpy_view(t: torch.Tensor) -> np.ndarray:
 
 def graph_outputs(gm: torch.fx.GraphModule) -> dict[int, Any]:
     """The outputs the device program does not compute, by output position: Python
-    values (ints, SymInts, None), and graph inputs the graph returns as they are (a saved
+    values (ints, SymInts, None), graph inputs the graph returns as they are (a saved
     parameter of a training graph: returned without a copy, as eager returns it, so the
-    backward graph gets the parameter itself and keeps it resident)."""
+    backward graph gets the parameter itself and keeps it resident), and views of inputs
+    (:mod:`simaccel.codegen.input_views`: replayed on the caller's tensor)."""
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     flat = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -341,6 +332,7 @@ def graph_outputs(gm: torch.fx.GraphModule) -> dict[int, Any]:
             result[index] = _concrete(meta)
         else:
             result[index] = meta
+    result.update(input_view_outputs(gm))  # t(weight) saved for the backward, ...
     return result
 
 

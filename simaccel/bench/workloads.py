@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from simaccel.bench.gpt2 import gpt2
+
 #: globals the scalar scenarios read: Dynamo bakes their value into the graph.
 GAIN = 2.0
 STEPS = 3
@@ -238,6 +240,12 @@ def _attn_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
     return causal_attention, tuple(torch.randn(*shape) for _ in range(3))
 
 
+def _gpt2_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
+    """Issue 16's steady forward: the GPT-2-style decoder (:mod:`simaccel.bench.gpt2`), 6
+    layers of width 128 over 2 x 64 tokens (quick: 1 layer, 2 x 16)."""
+    return gpt2(1, 2, 16) if quick else gpt2(6, 2, 64)
+
+
 def _reductions_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
     return row_reductions, (torch.randn(*((64, 128) if quick else (4096, 1024))),)
 
@@ -306,6 +314,7 @@ def _grouped_conv_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
 #: | mlp              | (1e-3, 1e-3)   | GEMM sums of 512-2048 products, blocked differently   |
 #: | layernorm_gelu   | (1e-4, 1e-4)   | row mean and variance over 1024, reordered (3e-6)     |
 #: | causal_attention | (1e-3, 1e-4)   | softmax of 128-long rows between two GEMMs            |
+#: | gpt2             | (1e-3, 1e-3)   | logits after 6 blocks of GEMMs, layer norms, softmax  |
 #: | row_reductions*  | (1e-4, 1e-3)   | sums of 1024 N(0, 1) values (~32), reordered (4e-5)   |
 #: | *_bf16           | rtol 1.6e-2    | bfloat16 inputs and parameters; inductor and simaccel |
 #: |                  | (2 bf16 eps)   | compute in float32 and round once, eager rounds each  |
@@ -323,6 +332,8 @@ KERNEL_WORKLOADS: dict[str, KernelWorkload] = {w.name: w for w in (
     KernelWorkload("layernorm_gelu", _ln_workload, ("256x1024", "32x128"), (1e-4, 1e-4)),
     KernelWorkload("causal_attention", _attn_workload, ("4x8x128x64", "1x2x16x8"),
                    (1e-3, 1e-4)),
+    KernelWorkload("gpt2", _gpt2_workload, ("6 layers, 2x64 tokens", "1 layer, 2x16 tokens"),
+                   (1e-3, 1e-3)),
     KernelWorkload("row_reductions", _reductions_workload, ("4096x1024", "64x128"),
                    (1e-4, 1e-3)),
     KernelWorkload("row_reductions_static", _static_reductions_workload,

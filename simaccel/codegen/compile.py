@@ -28,11 +28,13 @@ from simaccel.codegen import compile_pool, tiered
 from simaccel.codegen.cache import DEFAULT_CACHE, KernelCache
 from simaccel.codegen.dtypes import STORAGE_DTYPES, byte_view, storage_dtype
 from simaccel.codegen.emit import emit_extern, emit_pointwise, emit_reduction
+from simaccel.codegen.emit_rows import emit_row
 from simaccel.codegen.emit_numpy import Unsupported, emit_numpy
 from simaccel.codegen.graph import LoweredGraph
 from simaccel.codegen.hostop import HostOp
 from simaccel.codegen.lower_scalar_args import number_arguments
-from simaccel.codegen.ir import ExternKernel, LibraryKernel, PointwiseKernel, ReductionKernel
+from simaccel.codegen.ir import (ExternKernel, LibraryKernel, PointwiseKernel, ReductionKernel,
+                                 RowKernel)
 from simaccel.codegen.size_args import (evaluate_size, names_of, runtime_size, runtime_sizes,
                                         symbol_sources, with_size_args)
 from simaccel.codegen.values import Realized
@@ -91,15 +93,22 @@ def _emit(kernel: Any) -> tuple[str, list[str], list[Any]]:
     if isinstance(kernel, ReductionKernel):
         source, args = emit_reduction(kernel)
         return _positional_names(source, args), args, []
+    if isinstance(kernel, RowKernel):
+        source, args = emit_row(kernel)
+        return _positional_names(source, args), args, []
     if isinstance(kernel, ExternKernel):
         return (*emit_extern(kernel), list(kernel.params))
     raise TypeError(f"unknown kernel {type(kernel).__name__}")
 
 
 def _cost(kernel: Any, lowered: LoweredGraph) -> tuple[float, float]:
-    """(flops, bytes) of a kernel for the roofline model."""
+    """(flops, bytes) of a kernel for the roofline model; a row kernel moves its largest
+    stage's bytes (its later passes over a row hit the cache)."""
     if isinstance(kernel, (ExternKernel, LibraryKernel)):
         return kernel.flops, kernel.bytes_moved
+    if isinstance(kernel, RowKernel):
+        costs = [_cost(stage, lowered) for stage in kernel.stages]
+        return sum(f for f, _ in costs), max(b for _, b in costs)
     parts = kernel.parts if isinstance(kernel, PointwiseKernel) else [kernel]
     flops = nbytes = 0
     for part in parts:

@@ -123,8 +123,10 @@ class BodyEmitter:
     True, and the kernel must recompute itself exactly when the count is non-zero)."""
 
     def __init__(self, indent: str, fast_trig: bool = False,
-                 keys: StructuralKeys | None = None):
+                 keys: StructuralKeys | None = None, prefix: str = "t"):
         self.indent = indent
+        #: temps are named ``<prefix><n>`` (the stages of a row kernel use their own)
+        self.prefix = prefix
         self.fast_trig = fast_trig
         self.range_checked = False
         self.keys = keys or StructuralKeys()
@@ -132,7 +134,7 @@ class BodyEmitter:
         self.names: dict[int, str] = {}
 
     def _new(self, src: str) -> str:
-        name = f"t{len(self.lines)}"
+        name = f"{self.prefix}{len(self.lines)}"
         self.lines.append(f"{self.indent}{name} = {src}")
         return name
 
@@ -190,7 +192,7 @@ def with_exact_rerun(nest: Callable[[bool], tuple[list[str], bool]],
             + ["    " + line for line in exact])
 
 
-def _loops(index: list[str], shape: tuple[int, ...], parallel: bool,
+def loop_nest(index: list[str], shape: tuple[int, ...], parallel: bool,
            indent: str) -> tuple[list[str], str]:
     lines = []
     for depth, (var, size) in enumerate(zip(index, shape)):
@@ -205,7 +207,7 @@ def kernel_args(out_buffer: str, body: list[Expr]) -> list[str]:
     return [out_buffer] + reads
 
 
-def _kernel_module(args: list[str], parallel: bool,
+def kernel_module(args: list[str], parallel: bool,
                    nest: Callable[[bool], tuple[list[str], bool]], rerunnable: bool) -> str:
     """Module source of ``def kernel(*args)`` whose body is ``nest`` (see with_exact_rerun)."""
     body = with_exact_rerun(nest, rerunnable)
@@ -223,14 +225,22 @@ def emit_pointwise(k: PointwiseKernel) -> tuple[str, list[str]]:
     scatter = bool(k.store_offset)
     parallel = parallel_loop(k.numel, [k.body]) and len(k.shape) > 0 and not scatter
     rerunnable = not scatter and k.out.buffer not in buffers_read([k.body])
-    return _kernel_module(args, parallel, lambda fast: _pointwise_nest(k, parallel, fast),
+    return kernel_module(args, parallel, lambda fast: _pointwise_nest(k, parallel, fast),
                           rerunnable), args
 
 
 def _pointwise_nest(k: PointwiseKernel, parallel: bool,
                     fast_trig: bool) -> tuple[list[str], bool]:
-    lines, indent = _loops(k.index, k.shape, parallel, "    ")
-    body = BodyEmitter(indent, fast_trig)
+    lines, indent = loop_nest(k.index, k.shape, parallel, "    ")
+    body, checked = pointwise_body(k, indent, fast_trig)
+    return lines + body, checked
+
+
+def pointwise_body(k: PointwiseKernel, indent: str, fast_trig: bool,
+                   prefix: str = "t") -> tuple[list[str], bool]:
+    """The statements of a pointwise kernel inside its loops (at ``indent``): its body
+    and its store; and whether a fast helper's range check can fire."""
+    body = BodyEmitter(indent, fast_trig, prefix=prefix)
     result = body.value(k.body)
     if k.store_offset:
         idx = [f"np.int64({body.value(e)})" for e in k.store_index_exprs]
@@ -240,7 +250,7 @@ def _pointwise_nest(k: PointwiseKernel, parallel: bool,
     else:
         store = (f"{indent}{k.out.buffer}[{index_source(k.out.offset_source(k.index))}] = "
                  f"{store_source(result, k.body.dtype)}")
-    return lines + body.lines + [store], body.range_checked
+    return body.lines + [store], body.range_checked
 
 
 _INIT = {
@@ -287,13 +297,20 @@ def _flat_output_loop(index: list[str], shape: tuple[int, ...],
     and ``%`` once per output: LLVM vectorises the inner reduction loop of a shallow nest
     far more reliably than of a deep one, and prange balances better over a flat range."""
     if len(index) <= 1:
-        return _loops(index, shape, parallel, "    ")
+        return loop_nest(index, shape, parallel, "    ")
     rng = "prange" if parallel else "range"
-    lines = [f"    for o in {rng}({source(prod(shape))}):"]
+    return [f"    for o in {rng}({source(prod(shape))}):"] + \
+        split_flat("o", index, shape, "        "), "        "
+
+
+def split_flat(flat: str, index: list[str], shape: tuple, indent: str) -> list[str]:
+    """Statements setting the loop variables ``index`` (extents ``shape``) from their
+    row-major position ``flat``."""
+    lines = []
     for k, (var, size, stride) in enumerate(zip(index, shape, contiguous_strides(shape))):
-        q = f"o // {source(stride)}" if not is_value(stride, 1) else "o"
-        lines.append(f"        {var} = {q}" if k == 0 else f"        {var} = ({q}) % {source(size)}")
-    return lines, "        "
+        q = f"{flat} // {source(stride)}" if not is_value(stride, 1) else flat
+        lines.append(f"{indent}{var} = {q}" if k == 0 else f"{indent}{var} = ({q}) % {source(size)}")
+    return lines
 
 
 def _stored(result: str, dtype: str, target: str, accumulate: bool) -> str:
@@ -316,7 +333,7 @@ def emit_reduction(k: ReductionKernel) -> tuple[str, list[str]]:
     parallel = parallel_loop(k.numel, [p.body for p in parts]) and len(k.out_index) > 0 \
         and hint(k.out.numel) > 1
     rerunnable = not set(outs) & set(reads)
-    return _kernel_module(args, parallel, lambda fast: _reduction_nest(k, parallel, fast),
+    return kernel_module(args, parallel, lambda fast: _reduction_nest(k, parallel, fast),
                           rerunnable), args
 
 
@@ -325,22 +342,33 @@ def accumulator_slot(part: ReductionKernel, keys: StructuralKeys) -> tuple:
     return (part.reduce_op, part.acc_dtype, keys(part.body))
 
 
-def accumulators(parts: list[ReductionKernel], keys: StructuralKeys
+def accumulators(parts: list[ReductionKernel], keys: StructuralKeys, prefix: str = "acc"
                  ) -> dict[tuple, tuple[ReductionKernel, str]]:
     """The first part and accumulator name of each distinct :func:`accumulator_slot` of
     ``parts``, in order (siblings reducing the same value the same way share one)."""
     found: dict[tuple, tuple[ReductionKernel, str]] = {}
     for part in parts:
-        found.setdefault(accumulator_slot(part, keys), (part, f"acc{len(found)}"))
+        found.setdefault(accumulator_slot(part, keys), (part, f"{prefix}{len(found)}"))
     return found
 
 
 def _reduction_nest(k: ReductionKernel, parallel: bool,
                     fast_trig: bool) -> tuple[list[str], bool]:
     lines, indent = _flat_output_loop(k.out_index, k.out_loop_shape, parallel)
-    red_lines, inner = _loops(k.red_index, k.red_shape, False, indent)
-    body = BodyEmitter(inner, fast_trig)
-    acc_of = accumulators(k.parts, body.keys)
+    body, checked = reduction_body(k, indent, fast_trig)
+    return lines + body, checked
+
+
+def reduction_body(k: ReductionKernel, indent: str, fast_trig: bool,
+                   prefix: str = "") -> tuple[list[str], bool]:
+    """The statements of a reduction (and its siblings) for one output element, its
+    output indices set (at ``indent``): accumulators, the reduced loops, the stores; and
+    whether a fast helper's range check can fire. ``prefix`` names its temps and
+    accumulators apart from other stages of a row kernel."""
+    lines: list[str] = []
+    red_lines, inner = loop_nest(k.red_index, k.red_shape, False, indent)
+    body = BodyEmitter(inner, fast_trig, prefix=f"{prefix}t")
+    acc_of = accumulators(k.parts, body.keys, f"{prefix}acc")
     combine: list[str] = []
     for part, acc in acc_of.values():
         lines.append(f"{indent}{acc} = {reduce_init(part.reduce_op, part.acc_dtype)}")

@@ -25,7 +25,8 @@ from simaccel.codegen import scalar_ops
 from simaccel.codegen.dtypes import HALF_DTYPES, compute_dtype
 from simaccel.codegen.emit import (BodyEmitter, accumulator_slot, accumulators, dtype_ctor,
                                    kernel_args, reduce_init, store_source)
-from simaccel.codegen.ir import Op, PointwiseKernel, ReductionKernel, buffers_read
+from simaccel.codegen.emit_rows import row_args
+from simaccel.codegen.ir import Op, PointwiseKernel, ReductionKernel, RowKernel, buffers_read
 from simaccel.codegen.sizes import source
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -200,6 +201,17 @@ def emit_numpy_reduction(k: ReductionKernel) -> str:
     return _module(lines + body.lines + folds + stores)
 
 
+def emit_numpy_row(k: RowKernel) -> str:
+    """Module source of the tier-0 form of a row kernel: its stages one after the other,
+    each over all rows (a stage reads only what the earlier ones finished writing)."""
+    lines = [f"def kernel({', '.join(row_args(k))}):"]
+    for stage in k.stages:
+        single = emit_numpy_reduction(stage) if isinstance(stage, ReductionKernel) \
+            else emit_numpy_pointwise(stage)
+        lines += single.splitlines()[1:]  # the statements, not the def line
+    return _module(lines)
+
+
 def _module(lines: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
@@ -212,4 +224,6 @@ def emit_numpy(kernel) -> str:
         return emit_numpy_pointwise(kernel)
     if isinstance(kernel, ReductionKernel):
         return emit_numpy_reduction(kernel)
+    if isinstance(kernel, RowKernel):
+        return emit_numpy_row(kernel)
     raise Unsupported(f"{type(kernel).__name__} is a hand-written template")

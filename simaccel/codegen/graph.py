@@ -19,6 +19,8 @@ import torch.fx
 
 from simaccel.codegen.dtypes import DEVICE_DTYPES, HALF_DTYPES, storage_name, torch_to_np_dtype
 from simaccel.codegen.fusion import fuse_pointwise_launches, fuse_sibling_reductions
+from simaccel.codegen.fusion_rows import fuse_rows
+from simaccel.codegen.input_views import input_view_outputs
 from simaccel.codegen.inplace import inplace_writebacks
 from simaccel.codegen.hostop import HostOp
 from simaccel.codegen.ir import (ExternKernel, Kernel, Layout, PointwiseKernel, ReductionKernel,
@@ -195,11 +197,13 @@ class GraphLowering:
             elif node.op == "get_attr":
                 self.env[node] = self._constant(node)
             elif node.op == "output":
-                outputs = [self._output(v) for v in _flat_outputs(node.args[0])]
+                on_host = input_view_outputs(self.gm)  # views of inputs: made on the host
+                outputs = [None if k in on_host else self._output(v)
+                           for k, v in enumerate(_flat_outputs(node.args[0]))]
         self.current = None
         metas = [self.meta(v) if isinstance(v, torch.fx.Node) else v
                  for v in _flat_outputs(next(iter(reversed(self.gm.graph.nodes))).args[0])]
-        self.steps = fuse_pointwise_launches(fuse_sibling_reductions(self.steps))
+        self.steps = fuse_pointwise_launches(fuse_rows(fuse_sibling_reductions(self.steps)))
         writebacks = sorted(self.writebacks.items(), key=lambda kv: kv[0])
         aliases = inplace_writebacks(self.steps, writebacks, {
             s.index: s.buffer for s in self.inputs if s.index >= 0 and not s.scalar})

@@ -10,6 +10,8 @@ Kernels:
 
 * :class:`PointwiseKernel`: ``out[layout(i)] = body(i)`` for every ``i`` in ``shape``.
 * :class:`ReductionKernel`: ``out[layout(o)] = reduce_r body(o, r)``.
+* :class:`RowKernel`: reductions and pointwise kernels over the same rows, run row by row
+  (a softmax, a layer norm: each row's passes read it from cache, not from memory).
 * :class:`ExternKernel`: a hand-written template (matmul, convolution, pooling, scan...).
 * :class:`LibraryKernel`: a call into a tuned library on device buffers (GEMM).
 
@@ -191,6 +193,18 @@ class Layout:
         return prod(self.shape)
 
 
+def dense_strides(shape: list[int] | tuple[int, ...], stride: list[int] | tuple[int, ...]) -> bool:
+    """True if (shape, stride) covers exactly prod(shape) elements without overlap (a
+    permutation of a contiguous layout)."""
+    dims = sorted((s, n) for s, n in zip(stride, shape) if n != 1)
+    expected = 1
+    for s, n in dims:
+        if s != expected:
+            return False
+        expected *= n
+    return True
+
+
 def contiguous_strides(shape: tuple[Size, ...]) -> tuple[Size, ...]:
     """Row-major strides (elements); a size-0 dim counts as 1, as in ATen."""
     strides: list[Size] = []
@@ -350,4 +364,34 @@ class LibraryKernel(_DeclaredWrites):
     writes: frozenset[str]
 
 
-Kernel = PointwiseKernel | ReductionKernel | ExternKernel | LibraryKernel
+@dataclass
+class RowKernel:
+    """For each of ``rows`` rows, every stage over that row's ``inner`` elements, in order
+    (:mod:`simaccel.codegen.fusion_rows`): a :class:`ReductionKernel` stage (with its
+    siblings) folds the row into one value per part; a :class:`PointwiseKernel` stage,
+    whose iteration space is ``rows`` x ``inner``, computes the row's elements. A stage
+    reads what an earlier stage wrote only in its own row (checked when fusing), so rows
+    are independent and a row's later passes find its data in cache."""
+
+    name: str
+    rows: Size
+    inner: tuple[Size, ...]
+    stages: list[ReductionKernel | PointwiseKernel]
+
+    on_device: ClassVar[bool] = True
+
+    @property
+    def reads(self) -> frozenset[str]:
+        return frozenset().union(*(stage.reads for stage in self.stages))
+
+    @property
+    def writes(self) -> frozenset[str]:
+        return frozenset().union(*(stage.writes for stage in self.stages))
+
+    @property
+    def numel(self) -> Size:
+        """Elements of all stages' iteration spaces (each stage passes over the rows)."""
+        return sum((stage.numel for stage in self.stages), start=0)
+
+
+Kernel = PointwiseKernel | ReductionKernel | RowKernel | ExternKernel | LibraryKernel

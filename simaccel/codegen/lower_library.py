@@ -1,5 +1,5 @@
 """Lowerings to vendor-library calls on device buffers (:mod:`.library_calls`): linear
-algebra, FFT and complex-valued ops, as inductor runs them (extern ATen calls on the
+algebra, FFT, fused attention and complex-valued ops, as inductor runs them (extern ATen calls on the
 device's memory; no DMA, no fusion). Also ``addbmm`` (GEMMs and a sum), and effectful
 library calls (``with_effects``: linalg ops that check their inputs).
 """
@@ -12,7 +12,7 @@ import torch
 
 from simaccel.codegen.dtypes import storage_name, torch_to_np_dtype
 from simaccel.codegen.graph import GraphLowering, Unsupported
-from simaccel.codegen.ir import LibraryKernel
+from simaccel.codegen.ir import Layout, LibraryKernel, dense_strides
 from simaccel.codegen.library_calls import LibraryCall, TensorSpec, tensor_slot
 from simaccel.codegen.lower_extern import matmul
 from simaccel.codegen.lower_reduce import reduce
@@ -92,7 +92,7 @@ def library_call(ctx: GraphLowering, kind: str, op: Any, args: tuple, kwargs: di
         dtype = storage_name(meta.dtype)
         if dtype is None:
             raise Unsupported(f"a library result of dtype {meta.dtype}")
-        outs.append(ctx.new_tensor(_static(tuple(meta.shape)), dtype))
+        outs.append(_result(ctx, meta, dtype))
     out_specs = [None if o is None else TensorSpec(o.shape, tuple(o.layout.strides), 0,
                                                    _torch_dtype(o.dtype)) for o in outs]
     writes = [o.layout.buffer for o in outs if o is not None]
@@ -103,6 +103,18 @@ def library_call(ctx: GraphLowering, kind: str, op: Any, args: tuple, kwargs: di
     ctx.add_kernel(LibraryKernel(ctx.kernel_name(kind), call, buffers + writes, [],
                                  _flops(specs), nbytes, writes=frozenset(writes)))
     return outs
+
+
+def _result(ctx: GraphLowering, meta: torch.Tensor, dtype: str) -> Realized:
+    """A new buffer for a library result, laid out as the library lays it out where that
+    layout is dense (attention's (batch, query, head) order): copying the result in is
+    then one sequential pass, not a transpose."""
+    shape = _static(tuple(meta.shape))
+    strides = _static(tuple(meta.stride()))
+    if not dense_strides(shape, strides):
+        return ctx.new_tensor(shape, dtype)
+    name = ctx.new_buffer(dtype, math.prod(shape))
+    return Realized(shape, dtype, Layout(name, shape, strides, 0))
 
 
 def _flops(specs: list[TensorSpec]) -> int:
@@ -130,6 +142,11 @@ def _packets(names: list[str]) -> list[Any]:
 
 
 register(*_packets(LINALG), own_dtypes=True)(_lower_as("linalg"))
+# fused attention: one library call per op, on static shapes (simaccel.attention keeps the
+# decomposition for dynamic ones); the forward returns the logsumexp its backward reads
+register(aten._scaled_dot_product_flash_attention_for_cpu.default,
+         aten._scaled_dot_product_flash_attention_for_cpu_backward.default)(
+    _lower_as("attention"))
 register(*_packets(FFT), own_dtypes=True)(_lower_as("fft"))
 register(*_packets(COMPLEX), own_dtypes=True)(_lower_as("complex"))
 

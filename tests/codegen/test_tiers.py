@@ -61,6 +61,11 @@ CASES: dict[str, tuple[dict, Any, Any, tuple[str, ...]]] = {
     "norms": (ops.NORMS, lambda: (ops.randn(4, 6, 8) * 3 + 1, ops.randn(8, seed=1),
                                   ops.randn(8, seed=2), ops.randn(6, seed=3),
                                   ops.randn(6, seed=4).abs() + 0.5), None, ("*",)),
+    # row kernels (softmax: max, sum of exp, weights per row), stage by stage in tier 0;
+    # not log_softmax: x - max - log(sum) cancels to values near 0 whose absolute error is
+    # an ulp of log(sum) (2.4e-7), past this test's atol for reordered sums
+    "softmax": ({n: ops.SOFTMAX[n] for n in ("softmax_last", "softmax_d0", "softmax_f64")},
+                lambda: (ops.randn(3, 4, 7) * 4,), None, ("*",)),
     "indexing": (ops.INDEXING, lambda: (ops.randn(10, 4), ops.randint(2, 5, low=0, high=10,
                                                                       dtype=torch.int64),
                                         torch.tensor([3, 0, 1, 3])), None, ()),
@@ -68,8 +73,13 @@ CASES: dict[str, tuple[dict, Any, Any, tuple[str, ...]]] = {
 }
 
 
+#: cases whose graphs include row kernels (:mod:`simaccel.codegen.fusion_rows`)
+ROW_CASES = ("softmax", "norms")
+
+
 def _run(fn, args, tier0: Any) -> tuple[dict, dict]:
     torch._dynamo.reset()
+    simaccel.clear_reports()
     get_device().reset_stats()
     compiled = torch.compile(fn, backend="simaccel", dynamic=False,
                              options={"tier0": tier0})
@@ -93,6 +103,8 @@ def test_tier0_equals_compiled(name: str) -> None:
         stats0["kernel_cache_hits"] + stats0["kernel_memory_hits"] < stats1["kernel_launches"]
     assert stats1.get("tier0_launches", 0) == 0
     assert stats0["kernel_launches"] == stats1["kernel_launches"]
+    if name in ROW_CASES:
+        assert "row" in {k.kind for r in simaccel.reports() for k in r.kernels}
     for key, actual, expected in _leaves(tier0, compiled):
         assert actual.dtype == expected.dtype and actual.shape == expected.shape, key
         if expected.is_floating_point() and _tolerant(name, key):

@@ -1,0 +1,142 @@
+"""Row fusion (:mod:`simaccel.codegen.fusion_rows`): a reduction and the kernels that read
+its result row by row run as one row kernel, with eager's values.
+
+Each case compares with eager (``check``: dtype, shape, values at the stated tolerance,
+kernels launched, DMA moved, no host fallback) and says which kernels ran. A case that
+must not fuse (a row reads another row's result) proves the check that keeps rows
+independent.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import simaccel
+from simaccel.codegen.fusion_rows import flat_offset
+from tests.conftest import REDUCTION_TOL, check
+
+#: softmax and normalisation rows: sums of up to 256 terms, reordered (float32)
+ROW_TOL = {"rtol": 1e-4, "atol": 1e-5}
+
+
+def _kinds(result) -> list[str]:
+    kinds = [k.kind for r in result.reports for k in r.kernels]
+    assert result.runtime_stats["kernel_launches"] == len(kinds)
+    return kinds
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+@pytest.mark.parametrize("name, fn, make", [
+    ("softmax", lambda x: torch.softmax(x, -1), lambda: (torch.randn(64, 96) * 3,)),
+    ("log_softmax", lambda x: torch.log_softmax(x, -1), lambda: (torch.randn(8, 16, 40),)),
+    ("layer_norm_gelu", lambda x, w, b: F.gelu(F.layer_norm(x, (256,), w, b)),
+     lambda: (torch.randn(24, 256), torch.randn(256), torch.randn(256))),
+    ("rms_norm", rms_norm, lambda: (torch.randn(4, 10, 64), torch.randn(64))),
+    ("masked_softmax", lambda x, m: torch.softmax(x.masked_fill(m, -math.inf), -1),
+     lambda: (torch.randn(6, 32), torch.arange(32) > 20)),
+])
+def test_row_ops_are_one_row_kernel(name, fn, make):
+    result = check(fn, *make(), **ROW_TOL)
+    assert _kinds(result) == ["row"], name
+
+
+def test_static_causal_attention_is_one_fused_library_call():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 64, 32) for _ in range(3))
+    result = check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                   q, k, v, rtol=1e-4, atol=1e-5)
+    assert _kinds(result) == ["library"]
+
+
+def test_dynamic_length_attention_softmax_is_one_row_kernel_between_the_gemms():
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    simaccel.clear_reports()
+    fn = torch.compile(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                       backend="simaccel", dynamic=True)
+    for length in (24, 40, 56):
+        q, k, v = (torch.randn(2, 4, length, 32) for _ in range(3))
+        torch.testing.assert_close(
+            fn(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            rtol=1e-3, atol=1e-4)
+    # scores = q @ k^T, then per row: mask and scale, max, sum of exp, the weights
+    assert [k.kind for r in simaccel.reports() for k in r.kernels] == \
+        ["library", "row", "library"]
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_attention_backward_matches_eager(dynamic):
+    torch.manual_seed(0)
+
+    def loss(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).square().sum()
+    torch._dynamo.reset()
+    simaccel.clear_reports()
+    compiled = torch.compile(loss, backend="simaccel", dynamic=dynamic)
+    for length in (32, 48):
+        q, k, v = (torch.randn(2, 2, length, 16, requires_grad=True) for _ in range(3))
+        grads = torch.autograd.grad(loss(q, k, v), (q, k, v))
+        got = torch.autograd.grad(compiled(q, k, v), (q, k, v))
+        for g, e in zip(got, grads):
+            torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-4)
+    kinds = [kern.kind for r in simaccel.reports() for kern in r.kernels]
+    assert ("row" in kinds) == dynamic and "library" in kinds
+    assert simaccel.get_device().runtime_stats()["host_fallback_ops"] == 0
+
+
+def test_row_fusion_with_a_dynamic_batch():
+    fn = torch.compile(lambda x, w, b: F.layer_norm(x, (48,), w, b), backend="simaccel",
+                       dynamic=True)
+    w, b = torch.randn(48), torch.randn(48)
+    torch._dynamo.reset()
+    simaccel.clear_reports()
+    for rows in (3, 17, 40):
+        x = torch.randn(rows, 48)
+        torch.testing.assert_close(fn(x, w, b), F.layer_norm(x, (48,), w, b), **ROW_TOL)
+    kinds = [k.kind for r in simaccel.reports() for k in r.kernels]
+    assert kinds == ["row"]  # one graph for every batch, one row kernel
+
+
+def test_bfloat16_layer_norm_is_one_row_kernel():
+    x = torch.randn(16, 128).to(torch.bfloat16)
+    w, b = torch.randn(128).to(torch.bfloat16), torch.randn(128).to(torch.bfloat16)
+    # eager rounds the normalised row to bfloat16 in its own steps: 2 bf16 ulps
+    result = check(lambda x, w, b: F.layer_norm(x, (128,), w, b), x, w, b,
+                   rtol=1.6e-2, atol=2e-2)
+    assert _kinds(result) == ["row"]
+
+
+def test_a_row_reading_another_rows_result_is_not_fused():
+    x = torch.randn(16, 32)
+    # each row is divided by the next row's sum: fusing would read a sum not yet stored
+    result = check(lambda x: x / x.sum(-1, keepdim=True).roll(1, 0), x, **REDUCTION_TOL)
+    assert "row" not in _kinds(result)
+
+
+def test_a_reduction_over_a_different_extent_is_not_a_row_stage():
+    x = torch.randn(16, 32)
+    result = check(lambda x: (x - x.mean(-1, keepdim=True)).sum(0), x, **REDUCTION_TOL)
+    assert "row" not in _kinds(result)
+
+
+def test_flat_offset_recognises_one_position_per_row():
+    assert flat_offset("o0*32 + o1*16 + o2", ("o0", "o1", "o2"), ("1", "2", "16")) == \
+        ("0", "1")
+    # a collapsed dim read through // and %: the same element per row
+    assert flat_offset("(i0 // 8)*1024 + ((i0) % 8)*128 + i1", ("i0", "i1"),
+                       ("32", "128")) == ("0", "1")
+    assert flat_offset("i0*64 + 5", ("i0",), ("7",)) == ("5", "64")
+    assert flat_offset("o0*s0 + o1", ("o0", "o1"), ("s1", "s0")) == ("0", "1")
+    assert flat_offset("(i0 // 4)*(4*s0*s0) + ((i0) % 4)*(s0*s0) + i1*s0", ("i0", "i1"),
+                       ("8", "s0")) == ("0", "s0")
+    assert flat_offset("(i0 // 4)*(4*s0) + ((i0) % 4)*(s0*s0)", ("i0",), ("8",)) is None
+    # not one position per row: a transposed read, another loop variable, a call
+    assert flat_offset("i1*4 + i0", ("i0", "i1"), ("4", "8")) is None
+    assert flat_offset("o0*32 + r0", ("o0",), ("8",)) is None
+    assert flat_offset("ModularIndexing(o0, 1, 4)", ("o0",), ("8",)) is None
