@@ -12,7 +12,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from config_models import ConfigModel, Decoder, DecoderConfig
-from optim_steps import run_steps
+from optim_steps import MAX_ABS_ERROR, MAX_ABS_ERROR_OF, OPTIMIZERS, SCHEDULERS, run_steps
 from tests.guards import scalar_cases
 
 
@@ -37,11 +37,11 @@ def _matrix(case: Any, dynamic: Any) -> Callable[[str], None]:
     return run
 
 
-def _optimizer(name: str) -> Callable[[str], None]:
+def _optimizer(name: str, scheduler: str = "lambda") -> Callable[[str], None]:
     def run(backend: str) -> None:
         spec, options = BACKENDS[backend]
-        result = run_steps(name, spec, "lambda", options=options)
-        assert result.max_abs_error < 1e-5
+        result = run_steps(name, spec, scheduler, options=options)
+        assert result.max_abs_error <= MAX_ABS_ERROR_OF.get(name, MAX_ABS_ERROR), result.errors
     return run
 
 
@@ -80,6 +80,11 @@ SCENARIOS: dict[str, Callable[[str], None]] = {
        for case in scalar_cases.CASES for dynamic in (None, False)},
     "sgd_lambda": _optimizer("sgd"),
     "adamw_lambda": _optimizer("adamw"),
+    # every optimizer of optim_steps, each with one of the three schedulers in turn
+    **{f"{name}_{scheduler}": _optimizer(name, scheduler)
+       for k, name in enumerate(OPTIMIZERS)
+       for scheduler in [tuple(SCHEDULERS)[k % len(SCHEDULERS)]]
+       if (name, scheduler) not in (("sgd", "lambda"), ("adamw", "lambda"))},
     "decoder_slice_and_branch": _module_calls(
         lambda: Decoder(DecoderConfig()), torch.randn(2, 16),
         [_set(num_hidden_layers=n, residual_scale=s)

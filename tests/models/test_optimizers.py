@@ -10,15 +10,7 @@ from __future__ import annotations
 import pytest
 
 import simaccel
-from optim_steps import OPTIMIZERS, run_steps, unique_graphs
-
-#: max abs difference from eager's parameters after any of the 12 steps (float32; fused
-#: kernels round some products once where eager rounds twice, and the other way round)
-MAX_ABS_ERROR = 1e-5
-#: RAdam once its rectification starts (step > 5): aot_eager and inductor differ from
-#: eager by the same 2.4e-5 on these steps (Dynamo's graph computes the rectification
-#: term in float32 tensor ops where eager's loop computes it in Python floats)
-MAX_ABS_ERROR_OF = {"radam": 3e-5}
+from optim_steps import MAX_ABS_ERROR, MAX_ABS_ERROR_OF, OPTIMIZERS, run_steps, unique_graphs
 
 SCHEDULER_OF = {name: ("lambda", "cosine", "onecycle")[k % 3]
                 for k, name in enumerate(OPTIMIZERS)}
@@ -48,7 +40,7 @@ def test_foreach_path_is_one_graph_on_the_device(name: str) -> None:
     _assert_on_device()
 
 
-@pytest.mark.parametrize("name", ["sgd", "adam"])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_tensor_lr_is_one_graph(name: str) -> None:
     run = run_steps(name, "simaccel", "lambda", tensor_lr=True)
     assert len(set(run.lrs)) == len(run.lrs)
