@@ -24,6 +24,7 @@ kernel runs its rows in parallel like any reduction.
 """
 from __future__ import annotations
 
+import ast
 import functools
 import math
 import re
@@ -34,7 +35,8 @@ import numpy as np
 import sympy
 
 from simaccel.codegen.fusion import FUSABLE_OPS
-from simaccel.codegen.ir import (PointwiseKernel, ReductionKernel, RowKernel, loads)
+from simaccel.codegen.ir import (PointwiseKernel, ReductionKernel, RowKernel,
+                                 contiguous_strides, loads)
 from simaccel.codegen.sizes import SYMBOL_NAME, hint, prod, source
 
 #: most steps a kernel moves up to join a row kernel (its inputs then live longer)
@@ -59,13 +61,62 @@ def flat_offset(offset: str, names: tuple[str, ...], shape: tuple[str, ...]
     ``flat`` is the row-major position of the variables in ``shape``; None if it is not
     (a function call, a variable out of step, another loop variable). Two accesses with
     equal results touch the same element at the same flat position. A static offset is
-    evaluated at every position (``(i0 // 8)*1024 + (i0 % 8)*128`` is ``i0*128``); one
-    over size symbols must be affine in the variables."""
+    evaluated exactly: per variable when it is a sum of one-variable terms
+    (``(i0 // 8)*1024 + (i0 % 8)*128`` is ``i0*128``), else at every position; one over
+    size symbols must be affine in the variables once ``x % n`` is ``x - n*(x // n)``."""
     if _CALL.search(offset) or any(_CALL.search(s) for s in shape):
         return None
     if any(SYMBOL_NAME.search(text) for text in (offset, *shape)):
         return _symbolic_flat(offset, names, shape)
-    return _static_flat(offset, names, tuple(int(s) for s in shape))
+    extents = tuple(int(s) for s in shape)
+    if _separable(offset, names):
+        return _separable_flat(offset, names, extents)
+    return _static_flat(offset, names, extents)
+
+
+def _terms(node: ast.expr) -> list[ast.expr]:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _terms(node.left) + _terms(node.right)
+    return [node]
+
+
+def _separable(offset: str, names: tuple[str, ...]) -> bool:
+    """True if ``offset`` is a sum of terms that each read at most one of ``names`` (and
+    nothing else): then it is a constant plus one function per variable."""
+    try:
+        tree = ast.parse(offset, mode="eval").body
+    except SyntaxError:
+        return False
+    for term in _terms(tree):
+        used = {n.id for n in ast.walk(term) if isinstance(n, ast.Name)}
+        if len(used) > 1 or used - set(names):
+            return False
+    return True
+
+
+def _separable_flat(offset: str, names: tuple[str, ...], shape: tuple[int, ...]
+                    ) -> tuple[str, str] | None:
+    """:func:`flat_offset` of a separable static offset: each variable's own term is
+    checked over its whole range, the others at 0 (exact for a sum of one-variable
+    terms: ``(i0 // 8)*1024 + (i0 % 8)*128`` is one term pair of ``i0``)."""
+    if 0 in shape:
+        return None
+    zero = {name: 0 for name in names}
+    base = int(eval(offset, {"__builtins__": {}}, zero))  # noqa: S307
+    step = None
+    for name, extent, stride in zip(names, shape, contiguous_strides(shape)):
+        if extent == 1:
+            continue
+        values = np.arange(extent, dtype=np.int64)
+        term = np.broadcast_to(eval(offset, {"__builtins__": {}},  # noqa: S307
+                                    {**zero, name: values}), (extent,)) - base
+        if step is None:
+            step, rest = divmod(int(term[1]), stride)
+            if rest:
+                return None
+        if not np.array_equal(term, step * stride * values):
+            return None
+    return str(base), str(step if step is not None else 0)
 
 
 def _static_flat(offset: str, names: tuple[str, ...], shape: tuple[int, ...]

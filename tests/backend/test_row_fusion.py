@@ -132,6 +132,9 @@ def test_flat_offset_recognises_one_position_per_row():
     assert flat_offset("(i0 // 8)*1024 + ((i0) % 8)*128 + i1", ("i0", "i1"),
                        ("32", "128")) == ("0", "1")
     assert flat_offset("i0*64 + 5", ("i0",), ("7",)) == ("5", "64")
+    # not a sum of one-variable terms: checked at every position
+    assert flat_offset("(i0*8 + i1) % 64", ("i0", "i1"), ("4", "8")) == ("0", "1")
+    assert flat_offset("i0*i1", ("i0", "i1"), ("4", "8")) is None
     assert flat_offset("o0*s0 + o1", ("o0", "o1"), ("s1", "s0")) == ("0", "1")
     assert flat_offset("(i0 // 4)*(4*s0*s0) + ((i0) % 4)*(s0*s0) + i1*s0", ("i0", "i1"),
                        ("8", "s0")) == ("0", "s0")
