@@ -36,16 +36,16 @@ def _scores(q: torch.Tensor, k: torch.Tensor, is_causal: bool, attn_mask: Any,
     return scores
 
 
+#: dtypes of the fused-attention library kernels (the CPU flash attention's)
+LIBRARY_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+
+
 def _library_runs(*tensors: Any) -> bool:
     """True if the fused-attention library call takes these operands: static shapes (no
     size symbol) and a dtype its kernels have."""
     present = [t for t in tensors if t is not None]
     return all(not any(isinstance(d, torch.SymInt) for d in t.shape)
                and t.dtype in LIBRARY_DTYPES for t in present)
-
-
-#: dtypes of the fused-attention library kernels (the CPU flash attention's)
-LIBRARY_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
 
 
 def sdpa_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

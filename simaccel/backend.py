@@ -133,8 +133,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
     add_report(report)
     log.debug("%s", report)
     static = frozenset(i for i, fact in enumerate(facts) if fact.resident)
-    return CompiledGraph(program, lowered.output_meta, graph_outputs(gm), report=report,
-                         static_inputs=static, version_bumped=version_bumped)
+    return CompiledGraph(program, lowered.output_meta, graph_outputs(gm, lowered.input_views),
+                         report=report, static_inputs=static, version_bumped=version_bumped)
 
 
 @errors_reach_user

@@ -11,7 +11,6 @@ import torch.fx
 
 from simaccel.codegen.dtypes import (BANK_TORCH_DTYPES, NUMPY_TORCH_DTYPES, PLAIN_TORCH_DTYPES,
                                      byte_view)
-from simaccel.codegen.input_views import input_view_outputs
 from simaccel.codegen.ir import contiguous_strides, dense_strides
 from simaccel.codegen.size_args import runtime_size, runtime_sizes
 from simaccel.codegen.sizes import is_symbolic
@@ -274,7 +273,7 @@ class HostOutputs:
             shape = tuple(next(values) for _ in meta.shape)
             stride = tuple(next(values) for _ in meta.shape)
             offset = next(values)
-            if not dense_strides(list(shape), list(stride)):
+            if not dense_strides(shape, stride):
                 stride = contiguous_strides(shape)
             specs.append((shape, stride, meta.dtype, offset))
         return specs, {k: next(values) for k in self._scalar_outputs}
@@ -311,12 +310,12 @@ def _numpy_view(t: torch.Tensor) -> np.ndarray:
     return t.numpy() if t.dtype in NUMPY_TORCH_DTYPES else byte_view(t).numpy()
 
 
-def graph_outputs(gm: torch.fx.GraphModule) -> dict[int, Any]:
+def graph_outputs(gm: torch.fx.GraphModule, input_views: dict[int, Any]) -> dict[int, Any]:
     """The outputs the device program does not compute, by output position: Python
     values (ints, SymInts, None), graph inputs the graph returns as they are (a saved
     parameter of a training graph: returned without a copy, as eager returns it, so the
     backward graph gets the parameter itself and keeps it resident), and views of inputs
-    (:mod:`simaccel.codegen.input_views`: replayed on the caller's tensor)."""
+    (``input_views``, the lowering's: replayed on the caller's tensor)."""
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     flat = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -332,7 +331,7 @@ def graph_outputs(gm: torch.fx.GraphModule) -> dict[int, Any]:
             result[index] = _concrete(meta)
         else:
             result[index] = meta
-    result.update(input_view_outputs(gm))  # t(weight) saved for the backward, ...
+    result.update(input_views)  # t(weight) saved for the backward, ...
     return result
 
 

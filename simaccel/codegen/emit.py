@@ -193,7 +193,7 @@ def with_exact_rerun(nest: Callable[[bool], tuple[list[str], bool]],
 
 
 def loop_nest(index: list[str], shape: tuple[int, ...], parallel: bool,
-           indent: str) -> tuple[list[str], str]:
+              indent: str) -> tuple[list[str], str]:
     lines = []
     for depth, (var, size) in enumerate(zip(index, shape)):
         rng = "prange" if parallel and depth == 0 else "range"
@@ -208,7 +208,7 @@ def kernel_args(out_buffer: str, body: list[Expr]) -> list[str]:
 
 
 def kernel_module(args: list[str], parallel: bool,
-                   nest: Callable[[bool], tuple[list[str], bool]], rerunnable: bool) -> str:
+                  nest: Callable[[bool], tuple[list[str], bool]], rerunnable: bool) -> str:
     """Module source of ``def kernel(*args)`` whose body is ``nest`` (see with_exact_rerun)."""
     body = with_exact_rerun(nest, rerunnable)
     return (HEADER + "\n\n" + _decorator(parallel) + f"def kernel({', '.join(args)}):\n"
@@ -226,7 +226,7 @@ def emit_pointwise(k: PointwiseKernel) -> tuple[str, list[str]]:
     parallel = parallel_loop(k.numel, [k.body]) and len(k.shape) > 0 and not scatter
     rerunnable = not scatter and k.out.buffer not in buffers_read([k.body])
     return kernel_module(args, parallel, lambda fast: _pointwise_nest(k, parallel, fast),
-                          rerunnable), args
+                         rerunnable), args
 
 
 def _pointwise_nest(k: PointwiseKernel, parallel: bool,
@@ -309,7 +309,8 @@ def split_flat(flat: str, index: list[str], shape: tuple, indent: str) -> list[s
     lines = []
     for k, (var, size, stride) in enumerate(zip(index, shape, contiguous_strides(shape))):
         q = f"{flat} // {source(stride)}" if not is_value(stride, 1) else flat
-        lines.append(f"{indent}{var} = {q}" if k == 0 else f"{indent}{var} = ({q}) % {source(size)}")
+        lines.append(f"{indent}{var} = {q}" if k == 0
+                     else f"{indent}{var} = ({q}) % {source(size)}")
     return lines
 
 
@@ -334,7 +335,7 @@ def emit_reduction(k: ReductionKernel) -> tuple[str, list[str]]:
         and hint(k.out.numel) > 1
     rerunnable = not set(outs) & set(reads)
     return kernel_module(args, parallel, lambda fast: _reduction_nest(k, parallel, fast),
-                          rerunnable), args
+                         rerunnable), args
 
 
 def accumulator_slot(part: ReductionKernel, keys: StructuralKeys) -> tuple:

@@ -19,6 +19,12 @@ from simaccel.codegen.ir import PointwiseKernel, ReductionKernel, StructuralKeys
 FUSABLE_OPS = ("sum", "prod", "max", "min")
 
 
+def can_move_above(step: Any, other: Any) -> bool:
+    """True if ``step`` can run before ``other``: ``other`` neither writes what ``step``
+    reads nor touches what it writes (each declares its ``reads`` and ``writes``)."""
+    return not other.writes & step.reads and not (other.reads | other.writes) & step.writes
+
+
 def fuse_sibling_reductions(steps: list[Any]) -> list[Any]:
     """``steps`` with every fusable reduction folded into an earlier one it can join."""
     fused: list[Any] = []
@@ -46,12 +52,11 @@ def _fusion_host(earlier: list[Any], step: ReductionKernel) -> ReductionKernel |
     """The step of ``earlier`` that ``step`` joins, or None: among those it can move up
     to, one that already accumulates the same (op, body) (the two then share one
     accumulator, as mean and sum of the same rows do), else the nearest."""
-    reads, writes = step.reads, step.writes
     keys = StructuralKeys()
     hosts = []
     for candidate in reversed(earlier):
-        if candidate.writes & reads or (candidate.reads | candidate.writes) & writes:
-            break  # step cannot move above candidate
+        if not can_move_above(step, candidate):
+            break
         if _fusable_host(candidate) and _same_loop_nest(candidate, step):
             hosts.append(candidate)
     for host in hosts:
@@ -123,8 +128,8 @@ def _pointwise_host(earlier: list[Any], step: PointwiseKernel) -> PointwiseKerne
                     len(touched | reads | writes) <= MAX_POINTWISE_BUFFERS:
                 return candidate
             return None
-        if candidate.writes & reads or touched & writes:
-            return None  # step cannot move above candidate
+        if not can_move_above(step, candidate):
+            return None
     return None
 
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import sympy
 
-from simaccel.codegen.fusion import FUSABLE_OPS
+from simaccel.codegen.fusion import FUSABLE_OPS, can_move_above
 from simaccel.codegen.ir import (PointwiseKernel, ReductionKernel, RowKernel,
                                  contiguous_strides, loads)
 from simaccel.codegen.sizes import SYMBOL_NAME, hint, prod, source
@@ -122,15 +122,13 @@ def _separable_flat(offset: str, names: tuple[str, ...], shape: tuple[int, ...]
 def _static_flat(offset: str, names: tuple[str, ...], shape: tuple[int, ...]
                  ) -> tuple[str, str] | None:
     count = math.prod(shape)
-    if count > MAX_CHECKED_POSITIONS or set(_NAME.findall(offset)) - set(names):
+    if not 0 < count <= MAX_CHECKED_POSITIONS or set(_NAME.findall(offset)) - set(names):
         return None
     grid = {name: np.arange(n, dtype=np.int64).reshape(
         [n if d == k else 1 for d in range(len(shape))]) for k, (name, n) in
         enumerate(zip(names, shape))}
     values = np.broadcast_to(eval(offset, {"__builtins__": {}}, grid),  # noqa: S307
                              shape).reshape(-1)
-    if count == 0:
-        return None
     base = int(values[0])
     step = int(values[1] - values[0]) if count > 1 else 0
     if not np.array_equal(values, base + step * np.arange(count, dtype=np.int64)):
@@ -224,8 +222,8 @@ def _row_shape(k: ReductionKernel) -> tuple[str, tuple[str, ...]]:
 class _Row:
     """A row kernel being built: its stages and what each buffer it writes holds."""
 
-    def __init__(self, rows: str, inner: tuple[str, ...], row_sizes: tuple):
-        self.rows, self.inner, self.row_sizes = rows, inner, row_sizes
+    def __init__(self, rows: str, inner: tuple[str, ...], row_count: int):
+        self.rows, self.inner, self.row_count = rows, inner, row_count
         self.stages: list[Any] = []
         #: buffer -> ("row" | "element", flat offset of its store)
         self.written: dict[str, tuple[str, tuple[str, str]]] = {}
@@ -258,7 +256,7 @@ class _Row:
             found = {p.out.buffer: ("row", geo.row_read(p.out_offset_src)) for p in step.parts}
         else:
             found = {step.out.buffer: ("element", geo.element(step.out.offset_source(step.index)))}
-        if any(flat is None or (flat[1] == "0" and hint(prod(self.row_sizes)) > 1)
+        if any(flat is None or (flat[1] == "0" and self.row_count > 1)
                for _, flat in found.values()):
             return None
         return found
@@ -305,7 +303,7 @@ def _joined(host: Any, step: Any) -> RowKernel | None:
         return None
     if hint(prod(reduction.red_shape)) > MAX_ROW_ELEMENTS:
         return None
-    row = _Row(*_row_shape(reduction), tuple(reduction.out_loop_shape))
+    row = _Row(*_row_shape(reduction), hint(prod(reduction.out_loop_shape)))
     if not all(row.try_add(stage) for stage in stages):
         return None
     if not row.uses(step) or not row.try_add(step):
@@ -313,19 +311,12 @@ def _joined(host: Any, step: Any) -> RowKernel | None:
     return row.kernel()
 
 
-def _movable(step: Any, between: list[Any]) -> bool:
-    """True if ``step`` can run before the steps ``between``."""
-    reads, writes = step.reads, step.writes
-    return all(not (other.writes & reads) and not ((other.reads | other.writes) & writes)
-               for other in between)
-
-
 def _fusion_target(fused: list[Any], step: Any) -> tuple[int, RowKernel] | None:
     """(position in ``fused``, the row kernel) that ``step`` forms with the nearest
     earlier step it can join, or None."""
     for back in range(1, min(MAX_ROW_MOVE, len(fused)) + 1):
         position = len(fused) - back
-        if not _movable(step, fused[position + 1:]):
+        if not all(can_move_above(step, other) for other in fused[position + 1:]):
             return None
         row = _joined(fused[position], step)
         if row is not None:

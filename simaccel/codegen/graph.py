@@ -84,6 +84,9 @@ class LoweredGraph:
     #: write-backs computed in place: new value's buffer -> the input's buffer, which the
     #: program uses for both (:mod:`simaccel.codegen.inplace`)
     aliases: dict[str, str] = field(default_factory=dict)
+    #: outputs that are views of inputs, made on the host (never computed): output
+    #: position -> ``(args) -> view`` (:mod:`simaccel.codegen.input_views`)
+    input_views: dict[int, Any] = field(default_factory=dict)
 
 
 class GraphLowering:
@@ -185,6 +188,7 @@ class GraphLowering:
 
     def run(self, example_inputs: list[Any]) -> LoweredGraph:
         outputs: list[Any] = []
+        views = input_view_outputs(self.gm)  # views of inputs: made on the host
         placeholders = 0
         for node in self.gm.graph.nodes:
             self.current = node
@@ -197,8 +201,7 @@ class GraphLowering:
             elif node.op == "get_attr":
                 self.env[node] = self._constant(node)
             elif node.op == "output":
-                on_host = input_view_outputs(self.gm)  # views of inputs: made on the host
-                outputs = [None if k in on_host else self._output(v)
+                outputs = [None if k in views else self._output(v)
                            for k, v in enumerate(_flat_outputs(node.args[0]))]
         self.current = None
         metas = [self.meta(v) if isinstance(v, torch.fx.Node) else v
@@ -208,7 +211,7 @@ class GraphLowering:
         aliases = inplace_writebacks(self.steps, writebacks, {
             s.index: s.buffer for s in self.inputs if s.index >= 0 and not s.scalar})
         return LoweredGraph(self.buffers, self.steps, self.inputs, outputs, metas, self.fallbacks,
-                            self.constants, writebacks, self.size_asserts, aliases)
+                            self.constants, writebacks, self.size_asserts, aliases, views)
 
     def _placeholder(self, node: torch.fx.Node, index: int, example_inputs: list[Any]) -> Any:
         val = self.meta(node)

@@ -193,7 +193,7 @@ class Layout:
         return prod(self.shape)
 
 
-def dense_strides(shape: list[int] | tuple[int, ...], stride: list[int] | tuple[int, ...]) -> bool:
+def dense_strides(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     """True if (shape, stride) covers exactly prod(shape) elements without overlap (a
     permutation of a contiguous layout)."""
     dims = sorted((s, n) for s, n in zip(stride, shape) if n != 1)

@@ -1,6 +1,6 @@
 """Lowerings to vendor-library calls on device buffers (:mod:`.library_calls`): linear
-algebra, FFT, fused attention and complex-valued ops, as inductor runs them (extern ATen calls on the
-device's memory; no DMA, no fusion). Also ``addbmm`` (GEMMs and a sum), and effectful
+algebra, FFT, fused attention and complex-valued ops, as inductor runs them (extern ATen
+calls on the device's memory; no DMA, no fusion). Also ``addbmm`` (GEMMs and a sum), and effectful
 library calls (``with_effects``: linalg ops that check their inputs).
 """
 from __future__ import annotations
