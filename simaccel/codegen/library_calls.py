@@ -7,6 +7,7 @@ for (an extern ATen call on the device's buffers). The call is a device kernel l
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,16 +46,28 @@ class LibraryCall:
         self.__qualname__ = f"{kind}.{getattr(op, '__name__', op)}"
 
     def __call__(self, *arrays: np.ndarray) -> None:
+        self.bind(*arrays)()
+
+    def bind(self, *arrays: np.ndarray, addresses: Any = None) -> Callable[[], None]:
+        """The call on these arrays as a zero-argument launch: the tensors viewing them
+        and the op's arguments are made once (a program binds per workspace and size
+        tuple), so a launch is the op and its result copies. ``addresses``: unused."""
         leaves = list(self._leaves)
         for slot, spec, array in zip(self._slots, self.inputs, arrays):
             leaves[slot] = spec.view(array)
         args, kwargs = tree_unflatten(leaves, self._spec)
-        result = self.op(*args, **kwargs)
-        results = list(result) if isinstance(result, (list, tuple)) else [result]
         out_arrays = iter(arrays[len(self.inputs):])
-        for spec, value in zip(self.outputs, results):
-            if spec is not None:
-                spec.view(next(out_arrays)).copy_(value)
+        #: per result: the tensor viewing its output array, or None (not a tensor)
+        outs = [None if spec is None else spec.view(next(out_arrays)) for spec in self.outputs]
+        op = self.op
+
+        def launch() -> None:
+            result = op(*args, **kwargs)
+            results = result if isinstance(result, (list, tuple)) else (result,)
+            for out, value in zip(outs, results):
+                if out is not None:
+                    out.copy_(value)
+        return launch
 
 
 class _TensorSlot:

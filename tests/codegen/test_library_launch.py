@@ -1,0 +1,64 @@
+"""Library kernels bound to device buffers once (simaccel.codegen.library, .library_calls):
+a bound launch reads the buffers' contents at each launch, not at bind time, and equals
+the unbound call."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from simaccel.codegen import library
+from simaccel.codegen.library_calls import LibraryCall, TensorSpec, tensor_slot
+
+#: float32 GEMM against torch.mm on the same operands: the same BLAS, so only the
+#: summation order of a transposed operand can differ
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+def _flat(t: torch.Tensor) -> np.ndarray:
+    return t.contiguous().numpy().reshape(-1).copy()
+
+
+def test_a_bound_gemm_reads_its_buffers_at_each_launch() -> None:
+    m, k, n = 5, 7, 3
+    a, b = torch.randn(m, k), torch.randn(n, k)  # b transposed: column-major (k, n)
+    a_buf, b_buf, out = _flat(a), _flat(b), np.full(m * n + 4, np.nan, np.float32)
+    launch = library.gemm.bind(out, a_buf, b_buf, 1, m, k, n, 0, 0, 0, 0, 0, 1)
+    launch()
+    torch.testing.assert_close(torch.from_numpy(out[:m * n]).view(m, n), a @ b.t(), **TOL)
+    a2 = torch.randn(m, k)
+    a_buf[:] = _flat(a2)  # the device buffer changes in place: the bound views see it
+    launch()
+    torch.testing.assert_close(torch.from_numpy(out[:m * n]).view(m, n), a2 @ b.t(), **TOL)
+    assert np.isnan(out[m * n:]).all()  # nothing past the result is written
+
+
+def test_bound_and_unbound_batched_gemm_agree() -> None:
+    batch, m, k, n = 3, 4, 6, 5
+    a, b = torch.randn(batch, m, k), torch.randn(batch, k, n)
+    args = (batch, m, k, n, 0, m * k, 0, k * n, 0, 0)
+    bound_out, called_out = np.zeros(batch * m * n, np.float32), np.zeros(batch * m * n,
+                                                                       np.float32)
+    library.gemm.bind(bound_out, _flat(a), _flat(b), *args)()
+    library.gemm(called_out, _flat(a), _flat(b), *args)
+    np.testing.assert_array_equal(bound_out, called_out)
+    torch.testing.assert_close(torch.from_numpy(bound_out).view(batch, m, n), a @ b, **TOL)
+
+
+def test_an_empty_inner_dimension_zeroes_the_result() -> None:
+    out = np.full(6, 7.0, np.float32)
+    library.gemm.bind(out, np.zeros(0, np.float32), np.zeros(0, np.float32),
+                      1, 2, 0, 3, 0, 0, 0, 0, 0, 0)()
+    assert (out == 0).all()
+
+
+def test_a_bound_library_call_reads_its_buffers_at_each_launch() -> None:
+    spec = TensorSpec((2, 3), (3, 1), 0, torch.float32)
+    call = LibraryCall(torch.ops.aten.cumsum.default, (tensor_slot(), 1), {}, [spec], [spec],
+                       "test")
+    x, out = np.arange(6, dtype=np.float32), np.zeros(6, np.float32)
+    launch = call.bind(x, out)
+    launch()
+    np.testing.assert_array_equal(out, np.cumsum(x.reshape(2, 3), axis=1).reshape(-1))
+    x[:] = 1.0
+    launch()
+    np.testing.assert_array_equal(out, [1, 2, 3, 1, 2, 3])
