@@ -35,9 +35,14 @@ def _matrix_operand(ctx: GraphLowering, x: TensorValue, dtype: str) -> tuple[Rea
     return x, False, (x.shape[-2] * x.shape[-1] if x.ndim == 3 else 0)
 
 
-def matmul(ctx: GraphLowering, a: TensorValue, b: TensorValue, dtype: str) -> TensorValue:
-    """``a @ b`` for 2-D or 3-D (batched) operands into a new contiguous buffer."""
-    if is_half(dtype):  # a float32 GEMM; the consumer rounds the product once
+def matmul(ctx: GraphLowering, a: TensorValue, b: TensorValue, dtype: str,
+           bias: Realized | None = None) -> TensorValue:
+    """``a @ b`` for 2-D or 3-D (batched) operands into a new contiguous buffer;
+    ``bias`` (a row of ``n`` elements, 2-D library GEMMs only): ``bias + a @ b``, added
+    by the library before its one rounding (:func:`_bias_epilogue`)."""
+    if is_half(dtype) and (dtype not in library.GEMM_DTYPES or a.ndim == 3):
+        # a float32 GEMM; the consumer rounds the product once (batched ones too: in
+        # attention the scores' consumer, a softmax, reads them unrounded)
         return as_dtype(matmul(ctx, as_compute(a), as_compute(b), "float32"), dtype)
     batch = a.shape[0] if a.ndim == 3 else 1
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
@@ -45,10 +50,14 @@ def matmul(ctx: GraphLowering, a: TensorValue, b: TensorValue, dtype: str) -> Te
     ra, a_t, a_bs = _matrix_operand(ctx, a, dtype)
     rb, b_t, b_bs = _matrix_operand(ctx, b, dtype)
     buffers = [out.layout.buffer, ra.layout.buffer, rb.layout.buffer]
+    if bias is not None:
+        buffers.append(bias.layout.buffer)
     params = [batch, m, k, n, ra.layout.offset, a_bs, rb.layout.offset, b_bs]
-    flops, nbytes = 2 * batch * m * n * k, 4 * (batch * (m * k + k * n + m * n))
+    itemsize = 2 if is_half(dtype) else 4
+    flops, nbytes = 2 * batch * m * n * k, itemsize * (batch * (m * k + k * n + m * n))
     if dtype in library.GEMM_DTYPES:  # a BLAS call on the device buffers: no JIT compile
-        ctx.add_kernel(LibraryKernel(ctx.kernel_name("gemm"), library.gemm, buffers,
+        fn = library.gemm_for(dtype, bias is not None)
+        ctx.add_kernel(LibraryKernel(ctx.kernel_name("gemm"), fn, buffers,
                                      params + [int(a_t), int(b_t)], flops, nbytes,
                                      writes=frozenset((out.layout.buffer,))))
         return out
@@ -64,10 +73,28 @@ def _mm(ctx: GraphLowering, a: TensorValue, b: TensorValue) -> Realized:
 
 @register(aten.addmm.default, aten.baddbmm.default)
 def _addmm(ctx: GraphLowering, bias: Any, a: TensorValue, b: TensorValue, *,
-           beta: Any = 1, alpha: Any = 1) -> Lazy:
-    product = matmul(ctx, a, b, ctx.out_dtype())
+           beta: Any = 1, alpha: Any = 1) -> TensorValue:
+    dtype = ctx.out_dtype()
+    if _bias_epilogue(bias, a, b, dtype, beta, alpha):
+        row = ctx.realize_contiguous(as_dtype(bias, dtype))
+        if row.layout.offset:  # the library call reads the row from element 0
+            row = ctx.realize_contiguous_copy(row)
+        return matmul(ctx, a, b, dtype, bias=row)
+    product = matmul(ctx, a, b, dtype)
     scaled = product if alpha == 1 else elementwise(ctx, "mul", [product, alpha])
     if beta == 0:
         return elementwise(ctx, "identity", [scaled])
     scaled_bias = bias if beta == 1 else elementwise(ctx, "mul", [bias, beta])
     return elementwise(ctx, "add", [scaled_bias, scaled])
+
+
+def _bias_epilogue(bias: Any, a: TensorValue, b: TensorValue, dtype: str, beta: Any,
+                   alpha: Any) -> bool:
+    """Whether ``beta * bias + alpha * a @ b`` runs as one library GEMM with a bias
+    epilogue: a bfloat16 linear layer (2-D, a row bias, beta = alpha = 1). The library
+    adds the bias to its float32 accumulator and rounds once, as eager's bfloat16 addmm
+    does; adding it afterwards would round the product twice. (float32 keeps the bias add
+    fused into the GEMM's consumer kernel.)"""
+    return (dtype == "bfloat16" and beta == 1 and alpha == 1 and a.ndim == 2
+            and b.ndim == 2 and isinstance(bias, TensorValue) and bias.ndim == 1
+            and bias.shape[0] == b.shape[-1])

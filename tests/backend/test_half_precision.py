@@ -98,6 +98,18 @@ def _max_rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
 
 
+def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.double() - b.double()).pow(2).mean().sqrt().item()
+
+
+def _float64_grads(model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The gradients of ``model``'s weights (as they were before its step) in float64."""
+    exact = Block().double()
+    exact.load_state_dict(model.state_dict())
+    exact(x.double()).sum().backward()
+    return {name: p.grad for name, p in exact.named_parameters()}
+
+
 def test_bfloat16_transformer_block_forward_and_backward_on_the_device() -> None:
     torch.manual_seed(0)
     model = Block().to(torch.bfloat16)
@@ -110,11 +122,19 @@ def test_bfloat16_transformer_block_forward_and_backward_on_the_device() -> None
     expected = reference(x)
     expected.float().sum().backward()
     assert out.dtype == torch.bfloat16 and out.shape == expected.shape
-    # bf16 keeps 8 bits: 1.6e-2 (torch's bf16 rtol) of the largest value, for the output
-    # and every gradient (measured: at most 0.6%)
+    # bf16 keeps 8 bits: 1.6e-2 (torch's bf16 rtol) of the largest value for the output
     assert _max_rel(out, expected) <= 1.6e-2
+    exact = _float64_grads(model, x)
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-        assert p.grad.dtype == torch.bfloat16 and _max_rel(p.grad, q.grad) <= 1.6e-2, name
+        # Gradients: linear layers are bf16 GEMMs rounded as eager rounds them, but the
+        # roundings around them differ from eager's (fused kernels round once), so the
+        # two drift apart more than either from the truth (measured: ln1.weight 1.7% of
+        # eager's, inductor's 1.4%). Checked as PyTorch's benchmark suites check a
+        # low-precision training run (torch._dynamo.utils.same, fp64 reference): no
+        # further from a float64 run than 2x eager's RMSE plus tol/10; and within twice
+        # the output's bound of eager.
+        assert p.grad.dtype == torch.bfloat16 and _max_rel(p.grad, q.grad) <= 3.2e-2, name
+        assert _rmse(p.grad, exact[name]) <= 2 * _rmse(q.grad, exact[name]) + 1.6e-3, name
     stats = simaccel.get_device().runtime_stats()
     assert stats["host_fallback_ops"] == 0 and stats["kernel_launches"] > 0, stats
     assert stats["graphs_compiled"] == 2  # forward and backward
@@ -129,3 +149,19 @@ def test_autocast_graph_runs_on_the_device() -> None:
             return model(x)
     with torch.no_grad():
         _check_against_float32(fn, torch.bfloat16, torch.randn(4, 16), reference=model)
+
+
+def test_a_bfloat16_linear_layer_is_one_library_gemm_rounded_as_eager() -> None:
+    """A bfloat16 linear layer runs as the library's bfloat16 GEMM with the bias added
+    before its one rounding (eager's addmm): equal to eager, no kernel of its own for
+    the bias. A batched bfloat16 GEMM stays a float32 GEMM read unrounded."""
+    torch.manual_seed(0)
+    layer = nn.Linear(64, 48).to(torch.bfloat16)
+    with torch.no_grad():
+        result = check(layer, torch.randn(8, 64, dtype=torch.bfloat16), rtol=0, atol=0)
+    kernels = result.reports[-1].kernels
+    assert [(k.kind, k.path) for k in kernels] == [("library", "gemm_bfloat16_bias")], kernels
+    _check_against_float32(lambda a, b: torch.softmax(a @ b, -1), torch.bfloat16,
+                           randn(2, 8, 16, dtype=torch.bfloat16),
+                           randn(2, 16, 8, dtype=torch.bfloat16))
+    assert [k.path for k in simaccel.reports()[-1].kernels if k.kind == "library"] == ["gemm"]
