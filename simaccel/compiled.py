@@ -49,6 +49,8 @@ class CompiledGraph:
         self.bank_inputs = frozenset(program.bank_inputs)
         #: argument indices of the inputs the program writes back (input mutations)
         self._writebacks = program.spec.writebacks
+        #: those a kernel updates in the caller's memory itself: no write-back view
+        self._updated = program.mapped_updates
         #: host views of the static-address inputs (parameters, optimizer state), kept
         #: between calls; the 0-d inputs the bank reads by value are never kept
         static = static_inputs - self.bank_inputs
@@ -76,7 +78,8 @@ class CompiledGraph:
         outputs = [None if spec is None else _new_output(*spec) for spec in specs]
         hosts = [None if o is None else _numpy_view(o) for o in outputs]
         if self._writebacks:
-            hosts += [self._writeback_view(i, args[i], host_args[i]) for i in self._writebacks]
+            hosts += [None if i in self._updated else
+                      self._writeback_view(i, args[i], host_args[i]) for i in self._writebacks]
         after = {i: _next_version_key(keys[i]) for i in self._resident_written} \
             if self._resident_written else None  # type: ignore[index]
         self.program.run(host_args, hosts, keys, data_ptrs, layout, after)

@@ -29,7 +29,7 @@ from simaccel.codegen.dtypes import storage_dtype
 from simaccel.codegen.graph import LoweredGraph
 from simaccel.codegen.sizes import hint, is_value, same_size
 from simaccel.guards import dynamo
-from simaccel.runtime.hostmap import place_mapped_inputs
+from simaccel.runtime.hostmap import place_mapped_inputs, place_mapped_updates
 from simaccel.runtime.spec import InputPlan, Placement
 
 #: alignment (bytes) of every CPU tensor torch allocates (c10's ``gAlignment``): the host
@@ -98,7 +98,9 @@ def plan_inputs(lowered: LoweredGraph, facts: Sequence[InputFacts], example_inpu
     """The :class:`InputPlan` of every graph input of ``lowered`` (constants excluded),
     decided once: scalars go to the constant bank; resident facts stay resident unless
     the graph writes the input back out of place; every other tensor is copied, or
-    host-mapped where :func:`place_mapped_inputs` allows. ``resident_writebacks``: the
+    host-mapped where :func:`place_mapped_inputs` allows; a resident input its one kernel
+    updates in place is a mapped update (:func:`place_mapped_updates`): read and written
+    in the caller's memory, never copied back. ``resident_writebacks``: the
     caller can tell the version an input written back will have at the next call
     (:class:`simaccel.compiled.CompiledGraph`)."""
     plans = []
@@ -124,8 +126,12 @@ def plan_inputs(lowered: LoweredGraph, facts: Sequence[InputFacts], example_inpu
     # the traced size decides a dynamic input (a heuristic threshold: no guard)
     nbytes = {p.buffer: hint(lowered.buffers[p.buffer].numel) * np.dtype(p.dtype).itemsize
               for p in plans}
-    outputs = [o.layout.buffer for o in lowered.outputs if hasattr(o, "layout")]
-    return place_mapped_inputs(plans, lowered.steps, outputs, nbytes, host_map_min_bytes)
+    # a graph output computed in place is the input's buffer (the kernel stores there)
+    outputs = [lowered.aliases.get(o.layout.buffer, o.layout.buffer) for o in lowered.outputs
+               if hasattr(o, "layout")]
+    mapped = place_mapped_inputs(plans, lowered.steps, outputs, nbytes, host_map_min_bytes)
+    return place_mapped_updates(mapped, lowered.steps, outputs, in_place,
+                                host_map_min_bytes > 0)
 
 
 def _c_contiguous(value: Any) -> bool:

@@ -78,7 +78,8 @@ class CompileReport:
                          f"naive sum {mp.get('naive_bytes', 0)} bytes")
         if self.host_mapped:
             mapped = [f"input {i} ({name}, {nbytes} bytes)" for i, name, nbytes in self.host_mapped]
-            lines.append("  host-mapped inputs (read in place, not copied): " + ", ".join(mapped))
+            lines.append("  host-mapped inputs (read, or updated, in place: not copied): "
+                         + ", ".join(mapped))
         if self.size_symbols:
             lines.append("  dynamic sizes (read from the constant bank): " + ", ".join(self.size_symbols))
         if self.size_guards:

@@ -45,10 +45,24 @@ def copy_array(src: np.ndarray, dst: np.ndarray, staged: bool = False, label: st
         dst[...] = src.reshape(dst.shape)
 
 
-def mapped_read_bytes(src: np.ndarray, staged: bool, label: str) -> int:
-    """Bytes of one mapped read of ``src`` (it moves nothing now); the device reads a mapped
-    array in place, so there is no bounce buffer to stage or gather a strided source."""
-    if staged or not src.flags.c_contiguous:
-        raise ValueError(f"mapped read {label!r}: the source must be C-contiguous and "
-                         f"not staged")
-    return src.nbytes
+def mapped_bytes(host: np.ndarray, staged: bool, label: str, kind: str = "h2d") -> int:
+    """Bytes of one mapped access of ``host`` (it moves nothing now): an ``"h2d"`` read the
+    device makes in place, or a ``"d2h"`` write a kernel made in place. The device addresses
+    a mapped array directly, so there is no bounce buffer to stage or gather a strided
+    array, and a write needs a writeable one."""
+    if staged or not host.flags.c_contiguous:
+        raise ValueError(f"mapped {MAPPED_ACCESS[kind]} {label!r}: the host array must be "
+                         f"C-contiguous and not staged")
+    if kind == "d2h" and not host.flags.writeable:
+        raise ValueError(f"mapped write {label!r}: the host array is read-only")
+    return host.nbytes
+
+
+#: the copy kinds that can be mapped, and what the device does to the host array
+MAPPED_ACCESS = {"h2d": "read", "d2h": "write"}
+
+
+def check_mappable(kind: str) -> None:
+    """Raise ValueError unless copies of ``kind`` can be mapped accesses."""
+    if kind not in MAPPED_ACCESS:
+        raise ValueError(f"only h2d reads and d2h writes can be mapped, got kind {kind!r}")

@@ -13,10 +13,11 @@ simulated on a :class:`~simaccel.dma.clock.SimClock`:
 * it starts at ``max(channel free time, not_before_ns)``; channels overlap each other
   and the compute track.
 
-A *mapped* read (``mapped`` in :meth:`DmaEngine.copy_many`) is host memory the device reads
-in place (zero-copy, CUDA mapped pinned memory): the bytes still cross the bus, so it is
-placed, timed, traced and counted exactly like an h2d copy (and in ``h2d.mapped_bytes`` /
-``h2d.mapped_reads``), but nothing is copied.
+A *mapped* access (``mapped`` in :meth:`DmaEngine.copy_many`) is host memory the device
+reads (h2d) or a kernel wrote (d2h) in place (zero-copy, CUDA mapped pinned memory): the
+bytes still cross the bus, so it is placed, timed, traced and counted exactly like a copy
+of its kind (and in ``h2d.mapped_bytes`` / ``h2d.mapped_reads``, ``d2h.mapped_bytes`` /
+``d2h.mapped_writes``), but nothing is copied.
 
 Every copy takes one path, :meth:`DmaEngine._transfer`; :meth:`~DmaEngine.submit`
 (descriptor objects), :meth:`~DmaEngine.copy_many` (the runtime's per-call lists) and
@@ -36,7 +37,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from simaccel.dma.clock import SimClock
-from simaccel.dma.copy import copy_array, mapped_read_bytes
+from simaccel.dma.copy import MAPPED_ACCESS, check_mappable, copy_array, mapped_bytes
 from simaccel.dma.descriptor import KINDS, Descriptor
 from simaccel.dma.plan import BatchPlan, PlannedPairError, make_plan, move_planned
 from simaccel.dma.trace import PLANNED, DEFAULT_MAX_EVENTS, TraceEvent, TraceRecorder
@@ -101,15 +102,15 @@ def _copy_plain(srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray | None],
         moved.append(_copied(src, dst, False))  # type: ignore[arg-type]
 
 
-def _copy_each(srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray | None],
+def _copy_each(kind: str, srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray | None],
                labels: Sequence[str], staged: Sequence[bool] | None,
                mapped: Sequence[bool] | None, moved: list[tuple[int, bool, bool, Any]]) -> None:
-    """Move a batch pair by pair, staging where ``staged`` says and checking (not moving)
-    the mapped reads; appends to ``moved`` as :func:`_copy_plain` does."""
+    """Move a batch of ``kind`` pair by pair, staging where ``staged`` says and checking
+    (not moving) the mapped accesses; appends to ``moved`` as :func:`_copy_plain` does."""
     for done, src in enumerate(srcs):
         is_staged = staged is not None and staged[done]
         if mapped is not None and mapped[done]:
-            moved.append((mapped_read_bytes(src, is_staged, labels[done]), is_staged,
+            moved.append((mapped_bytes(src, is_staged, labels[done], kind), is_staged,
                           True, None))
             continue
         dst = dsts[done]
@@ -169,8 +170,10 @@ def _kind_runs(descs: list[Descriptor]) -> list[tuple[str, tuple[list, ...]]]:
     return runs
 
 
-#: kind -> its (bytes, transfers) counter names, built once (the hot path adds to them)
-_STAT_KEYS = {kind: (f"{kind}.bytes", f"{kind}.transfers") for kind in KINDS}
+#: kind -> its (bytes, transfers, mapped bytes, mapped accesses) counter names, built once
+#: (the hot path adds to them); only h2d reads and d2h writes can be mapped
+_STAT_KEYS = {kind: (f"{kind}.bytes", f"{kind}.transfers", f"{kind}.mapped_bytes",
+                     f"{kind}.mapped_{MAPPED_ACCESS.get(kind, '')}s") for kind in KINDS}
 
 
 def _zero_stats() -> dict[str, float]:
@@ -178,24 +181,25 @@ def _zero_stats() -> dict[str, float]:
     for kind in (*KINDS, "staged"):
         stats[f"{kind}.bytes"] = 0
         stats[f"{kind}.transfers"] = 0
-    stats.update({"h2d.mapped_bytes": 0, "h2d.mapped_reads": 0})
+    stats.update(dict.fromkeys(("h2d.mapped_bytes", "h2d.mapped_reads", "d2h.mapped_bytes",
+                                "d2h.mapped_writes"), 0))
     stats.update(descriptors=0, bursts=0, compute_items=0, compute_ns=0.0)
     return stats
 
 
-def _count(stats: dict[str, float], keys: tuple[str, str], descriptors: int, nbytes: int,
-           bursts: int, staged_bytes: int, mapped_bytes: int, mapped_reads: int) -> None:
-    """The one place copies are counted: one batch of one kind (``keys``: its bytes and
-    transfers counters) into ``stats``; ``nbytes`` and ``descriptors`` include the mapped
-    reads (they cross the bus like copies)."""
+def _count(stats: dict[str, float], keys: tuple[str, ...], descriptors: int, nbytes: int,
+           bursts: int, staged_bytes: int, mapped_bytes: int, mapped_accesses: int) -> None:
+    """The one place copies are counted: one batch of one kind (``keys``: its counters, see
+    :data:`_STAT_KEYS`) into ``stats``; ``nbytes`` and ``descriptors`` include the mapped
+    accesses (they cross the bus like copies)."""
     stats[keys[0]] += nbytes
     stats[keys[1]] += 1
     if staged_bytes:
         stats["staged.bytes"] += staged_bytes
         stats["staged.transfers"] += 1
-    if mapped_reads:
-        stats["h2d.mapped_bytes"] += mapped_bytes
-        stats["h2d.mapped_reads"] += mapped_reads
+    if mapped_accesses:
+        stats[keys[2]] += mapped_bytes
+        stats[keys[3]] += mapped_accesses
     stats["descriptors"] += descriptors
     stats["bursts"] += bursts
 
@@ -290,8 +294,9 @@ class DmaEngine:
         """One scatter-gather submit of ``kind`` copying ``srcs[i]`` into ``dsts[i]``: the
         same copies, timing, stats and trace as :meth:`submit` with one :class:`Descriptor`
         per pair, minus the objects (the runtime calls this on every graph call). Where
-        ``mapped[i]`` (h2d only) ``srcs[i]`` is a mapped read (a C-contiguous host array the
-        device reads in place, see the module doc) and ``dsts[i]`` is ignored (None).
+        ``mapped[i]`` (h2d and d2h only) ``srcs[i]`` is a mapped access (a C-contiguous host
+        array the device reads, or a kernel wrote, in place: see the module doc) and
+        ``dsts[i]`` is ignored (None).
         Returns the end of the last copy (ns; ``not_before_ns`` if there is none)."""
         with self._lock:
             return self._transfer(kind, srcs, dsts, labels, staged, mapped, not_before_ns)
@@ -312,12 +317,14 @@ class DmaEngine:
                          _names_of(kind, tuple(labels), mapped_t))
 
     def copy_planned(self, plan: BatchPlan, srcs: Sequence[np.ndarray],
-                     dsts: Sequence[np.ndarray | None], *, not_before_ns: float = 0.0
-                     ) -> float:
+                     dsts: Sequence[np.ndarray | None], *, not_before_ns: float = 0.0,
+                     mapped_checked: bool = False) -> float:
         """:meth:`copy_many` of a planned batch (:meth:`plan_batch`): the same copies,
         timing, stats and trace, placed with one step per channel and traced as one
         entry. Returns the end of the last copy (ns). A bad pair stops the batch; what
-        moved before it is placed, traced and counted, as :meth:`copy_many` does."""
+        moved before it is placed, traced and counted, as :meth:`copy_many` does.
+        ``mapped_checked``: the caller checked the mapped arrays against the plan (as a
+        runtime binding kernels to them does): only the copies are looked at."""
         with self._lock:
             if plan.timing != self._timing:
                 raise ValueError(f"DMA batch plan was made for an engine with (channels, "
@@ -327,7 +334,7 @@ class DmaEngine:
                 raise ValueError(f"DMA batch plan has {len(plan.nbytes)} pairs, got "
                                  f"{len(srcs)} sources and {len(dsts)} destinations")
             try:
-                move_planned(plan, srcs, dsts)
+                move_planned(plan, srcs, dsts, mapped_checked)
             except PlannedPairError as failed:
                 self._place(plan.kind, _STAT_KEYS[plan.kind], plan.labels, [
                     (plan.nbytes[i], plan.staged[i], plan.mapped[i], plan.strided[i])
@@ -378,8 +385,8 @@ class DmaEngine:
             keys = _STAT_KEYS[kind]
         except KeyError:
             raise ValueError(f"DMA copy kind must be one of {KINDS}, got {kind!r}") from None
-        if mapped is not None and kind != "h2d":
-            raise ValueError(f"only h2d reads can be mapped, got kind {kind!r}")
+        if mapped is not None:
+            check_mappable(kind)
         # Two passes, plain locals: move every pair's bytes (or check its mapped read),
         # then place the batch on the channels and trace it with one call each; this runs
         # on every graph call, with a few dozen pairs.
@@ -388,7 +395,7 @@ class DmaEngine:
             if mapped is None and not (staged and any(staged)):
                 _copy_plain(srcs, dsts, labels, moved)
             else:
-                _copy_each(srcs, dsts, labels, staged, mapped, moved)
+                _copy_each(kind, srcs, dsts, labels, staged, mapped, moved)
         finally:  # what moved before a bad pair is placed, traced and counted
             end = self._place(kind, keys, labels, moved, not_before_ns, placed, stats)
         return end
@@ -416,14 +423,14 @@ class DmaEngine:
             placed += zip(channels, starts, ends, bursts)
         last = channels[-1]
         self._next_channel = last + 1 if last + 1 < self.channels else 0
-        staged_bytes = mapped_bytes = mapped_reads = 0
+        staged_bytes = in_place_bytes = in_place = 0
         for nbytes, is_staged, is_mapped, _ in moved:
             if is_staged:
                 staged_bytes += nbytes
             if is_mapped:
-                mapped_bytes, mapped_reads = mapped_bytes + nbytes, mapped_reads + 1
+                in_place_bytes, in_place = in_place_bytes + nbytes, in_place + 1
         _count(self._stats if stats is None else stats, keys, len(moved),
-               sum(m[0] for m in moved), sum(bursts), staged_bytes, mapped_bytes, mapped_reads)
+               sum(m[0] for m in moved), sum(bursts), staged_bytes, in_place_bytes, in_place)
         return max(not_before_ns, max(ends))
 
     def schedule_compute(self, name: str, duration_ns: float, not_before_ns: float = 0.0,
@@ -457,10 +464,10 @@ class DmaEngine:
 
     def stats(self) -> dict[str, float]:
         """Flat counters: ``{kind}.bytes``/``{kind}.transfers`` for h2d, d2h, const, d2d,
-        collective.d2h, collective.h2d and staged; ``h2d.mapped_bytes``/``h2d.mapped_reads`` (mapped reads, also counted in
-        ``h2d.bytes`` and ``descriptors``); ``descriptors``; ``bursts``; ``busy_ns`` (sum of
-        channel busy time, ns);
-        ``compute_ns``/``compute_items``; ``timeline_ns`` (latest end on any track, ns)."""
+        collective.d2h, collective.h2d and staged; ``h2d.mapped_bytes``/``h2d.mapped_reads``
+        and ``d2h.mapped_bytes``/``d2h.mapped_writes`` (mapped accesses, also counted in
+        their kind's bytes and in ``descriptors``); ``descriptors``; ``bursts``;
+        ``busy_ns`` (sum of channel busy time, ns); ``compute_ns``/``compute_items``; ``timeline_ns`` (latest end on any track, ns)."""
         with self._lock:
             out = dict(self._stats)
             out["busy_ns"] = sum(self._clock.busy_ns(channel_track(i))

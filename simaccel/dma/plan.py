@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from simaccel.dma.copy import copy_array, mapped_read_bytes
+from simaccel.dma.copy import check_mappable, copy_array, mapped_bytes
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class BatchPlan:
     :meth:`~simaccel.dma.engine.DmaEngine.plan_batch` for that engine's timing.
 
     ``nbytes``/``durations``/``bursts``: per descriptor (bytes, ns, count); ``staged`` and
-    ``mapped``: per descriptor flags (mapped: an h2d read in place, nothing copied);
+    ``mapped``: per descriptor flags (mapped: an h2d read or d2h write in place, nothing copied);
     ``names``/``args``: the trace's per-span name and compact args; ``timing``: the
     engine's (channels, latency_ns, bandwidth_gbps, burst_bytes) the plan was made for."""
 
@@ -58,8 +58,10 @@ class BatchPlan:
     #: per descriptor: None, or a strided source's (shape, strides) (trace args)
     strided: tuple[Any, ...]
     timing: tuple[int, float, float, int]
-    #: (bytes, bursts, staged bytes, mapped bytes, mapped reads) of the whole batch
+    #: (bytes, bursts, staged bytes, mapped bytes, mapped accesses) of the whole batch
     totals: tuple[int, int, int, int, int]
+    #: positions of the pairs that are copied (not mapped), in order
+    copied: tuple[int, ...] = ()
     #: trace args per start channel (they name the channel)
     _args: dict[int, tuple] = field(default_factory=dict, compare=False, repr=False)
     _deals: dict[int, ChannelDeal] = field(default_factory=dict, compare=False, repr=False)
@@ -111,8 +113,8 @@ def make_plan(kind: str, srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray |
     bandwidth_gbps, burst_bytes); ``names``: the spans' trace names."""
     count = len(srcs)
     staged_t = tuple(bool(x) for x in staged) if staged is not None else (False,) * count
-    if any(mapped) and kind != "h2d":
-        raise ValueError(f"only h2d reads can be mapped, got kind {kind!r}")
+    if any(mapped):
+        check_mappable(kind)
     _, latency, bandwidth, burst = timing
     nbytes = tuple(int(s.nbytes if m else d.nbytes)  # type: ignore[union-attr]
                    for s, d, m in zip(srcs, dsts, mapped))
@@ -122,7 +124,8 @@ def make_plan(kind: str, srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray |
               sum(mapped_bytes), len(mapped_bytes))
     return BatchPlan(kind, tuple(labels), nbytes, staged_t, mapped,
                      tuple(latency + n / bandwidth for n in nbytes), bursts, names,
-                     strided_facts(srcs, mapped), timing, totals)
+                     strided_facts(srcs, mapped), timing, totals,
+                     tuple(i for i, m in enumerate(mapped) if not m))
 
 
 class PlannedPairError(Exception):
@@ -134,11 +137,20 @@ class PlannedPairError(Exception):
 
 
 def move_planned(plan: BatchPlan, srcs: Sequence[np.ndarray],
-                  dsts: Sequence[np.ndarray | None]) -> int:
-    """Move a planned batch's bytes (check its mapped reads); returns the pairs moved.
-    Raises :class:`PlannedPairError` naming how many moved before a bad pair."""
+                 dsts: Sequence[np.ndarray | None], mapped_checked: bool = False) -> int:
+    """Move a planned batch's bytes (check its mapped accesses, unless ``mapped_checked``:
+    the caller checked those arrays already); returns the pairs moved. Raises
+    :class:`PlannedPairError` naming how many moved before a bad pair."""
     done = 0
     try:
+        if mapped_checked and True not in plan.staged:
+            # only the copies move; a mapped pair has nothing left to do
+            for done in plan.copied:
+                dst, nbytes = dsts[done], plan.nbytes[done]
+                if dst.nbytes != nbytes:  # type: ignore[union-attr]
+                    _unplanned("DMA copy", plan.labels[done], dst.nbytes, nbytes)  # type: ignore[union-attr]
+                copy_array(srcs[done], dst, False, plan.labels[done])  # type: ignore[arg-type]
+            return len(plan.nbytes)
         if not plan.special:
             for src, dst, nbytes, label in zip(srcs, dsts, plan.nbytes, plan.labels):
                 if dst.nbytes != nbytes:  # type: ignore[union-attr]
@@ -150,8 +162,8 @@ def move_planned(plan: BatchPlan, srcs: Sequence[np.ndarray],
                                                            plan.staged, plan.mapped,
                                                            plan.labels):
             if mapped:
-                if mapped_read_bytes(src, staged, label) != nbytes:
-                    _unplanned("mapped read", label, src.nbytes, nbytes)
+                if mapped_bytes(src, staged, label, plan.kind) != nbytes:
+                    _unplanned("mapped access", label, src.nbytes, nbytes)
             else:
                 if dst.nbytes != nbytes:  # type: ignore[union-attr]
                     _unplanned("DMA copy", label, dst.nbytes, nbytes)  # type: ignore[union-attr]

@@ -60,7 +60,8 @@ def liveness(spec: ProgramSpec) -> list[tuple[str, int, int]]:
         if out is not None:
             first.setdefault(out.buffer, n + 1)
             last[out.buffer] = n + 1
-    off_workspace = {p.buffer for p in spec.inputs_placed(Placement.RESIDENT, Placement.MAPPED)}
+    off_workspace = {p.buffer for p in spec.inputs_placed(Placement.RESIDENT, Placement.MAPPED,
+                                                          Placement.MAPPED_UPDATE)}
     return [(name, first[name], last[name]) for name, decl in spec.buffers.items()
             if decl.kind not in ("constant", "scalar") and name in first
             and name not in off_workspace]

@@ -28,7 +28,7 @@ from simaccel.runtime.constbank import ConstantBank
 from simaccel.runtime.device import Device
 from simaccel.runtime import tiers
 from simaccel.runtime.group import bind_launch
-from simaccel.runtime.hostmap import check_mapped, mapped_steps
+from simaccel.runtime.hostmap import MAPPED, bind_mapped, data_ptr as _data_ptr, mapped_steps
 from simaccel.runtime.memory import Block
 from simaccel.runtime.layout import MAX_LAYOUTS, Layouts, SizedLayout, output_view
 from simaccel.runtime.resident import BoundWorkspace, ResidentState
@@ -68,13 +68,18 @@ class Program:
         #: resident inputs the program writes in place (an input mutation)
         self._resident_written = tuple(p for p in self._resident_inputs
                                        if p.index in spec.writebacks)
-        #: the inputs moved in on every call (copied or mapped), in argument order
-        self._streamed = spec.inputs_placed(Placement.COPIED, Placement.MAPPED)
+        #: the inputs moved in on every call (copied, mapped or updated in host memory),
+        #: in argument order
+        self._streamed = spec.inputs_placed(Placement.COPIED, *MAPPED)
         self._streamed_labels = [p.buffer for p in self._streamed]
-        mapped = [p.placement is Placement.MAPPED for p in self._streamed]
+        mapped = [p.placement in MAPPED for p in self._streamed]
         #: per streamed input: mapped or copied (None: all copied, the engine's fast path)
         self._mapped_flags = mapped if any(mapped) else None
         self._mapped_steps = mapped_steps(spec.steps, self._streamed)
+        self._updates_flags = [p.placement is Placement.MAPPED_UPDATE for p in self._streamed]
+        #: the inputs their kernel updates in host memory: (argument index, buffer)
+        self._updated = tuple((p.index, p.buffer)
+                              for p in spec.inputs_placed(Placement.MAPPED_UPDATE))
         self._kernel_wall_ns = 0
         self._launches_per_call = sum(step.on_device for step in spec.steps)
         #: position of the first input write-back among the outputs (they come last)
@@ -87,8 +92,15 @@ class Program:
 
     @property
     def host_mapped(self) -> dict[int, str]:
-        """The inputs (argument index -> buffer) a kernel reads in place from host memory."""
-        return {p.index: p.buffer for p in self._streamed if p.placement is Placement.MAPPED}
+        """The inputs (argument index -> buffer) a kernel reads (or updates) in place in
+        host memory."""
+        return {p.index: p.buffer for p in self._streamed if p.placement in MAPPED}
+
+    @property
+    def mapped_updates(self) -> frozenset[int]:
+        """Argument indices of the inputs their kernel updates in place in host memory:
+        their write-back needs no host array from the caller."""
+        return frozenset(index for index, _ in self._updated)
 
     def layout_for(self, args: list[Any]) -> SizedLayout:
         """The layout of a call on ``args`` (host arrays and Python numbers): its sizes
@@ -179,7 +191,7 @@ class Program:
                 bound = self._bind_workspace(self._workspace(layout.plan.total_bytes), layout)
                 ready = max(ready, self._upload(bound, args, data_ptrs, layout.sizes))
                 end = self._launch_all(bound, ready, layout.sizes)
-                self._download(bound, host_outputs, end, data_ptrs)
+                self._download(bound, args, host_outputs, end, data_ptrs)
             except BaseException:
                 for plan in self._resident_written:
                     self._state.keys.pop(plan.buffer, None)
@@ -266,8 +278,10 @@ class Program:
                           [addresses.get(b) for b in step.buffers])
                     if isinstance(step, LaunchStep) else None
                     for k, step in enumerate(self.spec.steps)]
+        updated = {buffer for _, buffer in self._updated}  # written in host memory
         outputs = [(k, output_view(views[out.buffer], *layout.outputs[k]), out.buffer)
-                   for k, out in enumerate(self.spec.outputs) if out is not None]
+                   for k, out in enumerate(self.spec.outputs)
+                   if out is not None and out.buffer not in updated]
         durations = [self.device.kernel_time_ns(*cost) if isinstance(step, LaunchStep) else 0.0
                      for step, cost in zip(self.spec.steps, layout.costs)]
         bound = BoundWorkspace(block.offset, views, outputs,
@@ -291,11 +305,15 @@ class Program:
         end = 0.0
         if self._streamed:
             srcs = [args[p.index] for p in self._streamed]
-            staged = [not self._aligned(p, host, data_ptrs)
-                      for p, host in zip(self._streamed, srcs)]
-            dsts = bound.input_dsts
+            # a kernel updating an input in host memory addresses its elements itself: no
+            # DMA descriptor, so no alignment to check
+            staged = [not updates and not self._aligned(p, host, data_ptrs)
+                      for p, host, updates in zip(self._streamed, srcs, self._updates_flags)]
             if not all(host.size for host in srcs):  # empty inputs: nothing to address
-                dsts = [d if h.size or d is None else d[:0] for d, h in zip(dsts, srcs)]
+                dsts = [d if h.size or d is None else d[:0]
+                        for d, h in zip(bound.input_dsts, srcs)]
+            else:
+                dsts = bound.dsts_shaped_like(srcs)
             if self._mapped_flags is not None:
                 self._bind_mapped(bound, srcs, data_ptrs)
             # mapped inputs ride in the same submit: one h2d transfer per call
@@ -310,26 +328,14 @@ class Program:
 
     def _bind_mapped(self, bound: BoundWorkspace, srcs: list[np.ndarray],
                      data_ptrs: list[int] | None) -> None:
-        """Bind each launch that reads a host-mapped input to this call's host arrays, unless
-        it is bound to the same addresses already (a caller passing the same tensor every
-        call binds nothing after the first). The bound launch keeps its arrays alive, so an
-        address seen again is the same live memory."""
-        numel = bound.layout.numel
-        for pos, plan in enumerate(self._streamed):
-            if plan.placement is Placement.MAPPED:
-                check_mapped(plan.index, plan.buffer, srcs[pos], np.dtype(plan.dtype),
-                             numel[plan.buffer])
-        for k, positions in self._mapped_steps:
-            key = tuple(_data_ptr(self._streamed[p].index, srcs[p], data_ptrs) for p in positions)
-            if bound.mapped_keys.get(k) == key:
-                continue
-            # kernels take flat arrays: a view of the (checked C-contiguous) host array
-            hosts = {self._streamed[p].buffer: srcs[p].reshape(-1) for p in positions}
+        """Bind the launches reading or updating host-mapped inputs to this call's host
+        arrays (:func:`~simaccel.runtime.hostmap.bind_mapped`)."""
+        def bind(k: int, hosts: dict[str, np.ndarray]) -> None:
             step = self.spec.steps[k]
             bound.launches[k] = bind_launch(step.fn, self._launch_args(
                 k, [hosts[b] if b in hosts else bound.views[b] for b in step.buffers],
                 bound.layout))
-            bound.mapped_keys[k] = key
+        bind_mapped(bound, srcs, data_ptrs, self._streamed, self._mapped_steps, bind)
 
     def _aligned(self, plan: InputPlan, host: np.ndarray, data_ptrs: list[int] | None) -> bool:
         """True if the input can take a direct descriptor (its address is a multiple of
@@ -423,12 +429,14 @@ class Program:
         self.device.count("host_fallback_ops")
         return end
 
-    def _download(self, bound: BoundWorkspace, host_outputs: list[Any], ready_ns: float,
-                  data_ptrs: list[int] | None) -> None:
+    def _download(self, bound: BoundWorkspace, args: list[Any], host_outputs: list[Any],
+                  ready_ns: float, data_ptrs: list[int] | None) -> None:
         """DMA every tensor output (and input write-back) device to host in one submit;
         a write-back goes into the caller's tensor, staged when its address is not
-        aligned (the outputs simaccel allocates always are). ``data_ptrs``: as for
-        :meth:`run` (0 where the caller did not know an address)."""
+        aligned (the outputs simaccel allocates always are). The inputs a kernel updated
+        in host memory (``args``: the call's host arrays) ride in the same submit as
+        mapped writes: nothing to copy. ``data_ptrs``: as for :meth:`run` (0 where the
+        caller did not know an address)."""
         srcs, dsts, labels, staged = [], [], [], []
         writebacks, first = self.spec.writebacks, self._first_writeback
         for k, src, label in bound.output_copies:
@@ -440,9 +448,18 @@ class Program:
                 if writebacks:
                     staged.append(k >= first and _data_ptr(writebacks[k - first], host,
                                                            data_ptrs) % self.spec.alignment != 0)
+        mapped = None
+        if self._updated:
+            copies = len(srcs)
+            for index, buffer in self._updated:
+                srcs.append(args[index])
+                dsts.append(None)
+                labels.append(buffer)
+            mapped = [False] * copies + [True] * len(self._updated)
+            staged = staged + [False] * len(self._updated) if staged else []
         if srcs:
             self._copy_planned(bound, "d2h", srcs, dsts, labels,
-                               staged if True in staged else None, None, ready_ns)
+                               staged if True in staged else None, mapped, ready_ns)
 
     def _copy_planned(self, bound: BoundWorkspace, kind: str, srcs: list[np.ndarray],
                       dsts: list[np.ndarray | None], labels: list[str],
@@ -457,7 +474,9 @@ class Program:
         if plan is None:
             plan = bound.batch_plans[key] = dma.plan_batch(kind, srcs, dsts, labels,
                                                            staged=staged, mapped=mapped)
-        return dma.copy_planned(plan, srcs, dsts, not_before_ns=not_before_ns)
+        # the mapped arrays were checked when their kernel was bound (_bind_mapped)
+        return dma.copy_planned(plan, srcs, dsts, not_before_ns=not_before_ns,
+                                mapped_checked=mapped is not None)
 
 
 def _check_alignment(spec: ProgramSpec, device: Device) -> None:
@@ -473,13 +492,6 @@ def _check_alignment(spec: ProgramSpec, device: Device) -> None:
 def _unbound() -> None:
     raise SimAccelError("a kernel reading a host-mapped input was launched before it was "
                         "bound to the host arrays (please report this)")
-
-
-def _data_ptr(index: int, host: np.ndarray, data_ptrs: list[int] | None) -> int:
-    """Address of argument ``index``'s first element (bytes): the caller's, when it passed
-    it (cheap for torch tensors; 0 where it did not know one), else numpy's."""
-    known = data_ptrs[index] if data_ptrs is not None else 0
-    return known or host.__array_interface__["data"][0]
 
 
 def _align(value: int, alignment: int) -> int:

@@ -111,6 +111,9 @@ class Placement(enum.Enum):
 
     COPIED = "copied"      #: DMA'd into the workspace on every call
     MAPPED = "mapped"      #: read in place from host memory by its one kernel
+    #: read and written in place in host memory by its one kernel: a static-address input
+    #: the graph updates in place (an optimizer's parameters and state)
+    MAPPED_UPDATE = "mapped update"
     RESIDENT = "resident"  #: kept in device memory, uploaded again only when it changes
     BANK = "bank"          #: a scalar packed into the resident constant bank
 
@@ -171,6 +174,11 @@ class ProgramSpec:
             if plan.buffer not in self.buffers:
                 raise SimAccelError(f"{self.name}: input {plan.index} names an unknown "
                                     f"buffer {plan.buffer!r}")
+
+    @property
+    def mapped_updates(self) -> dict[str, int]:
+        """Buffer -> argument index of each input its kernel updates in host memory."""
+        return {p.buffer: p.index for p in self.inputs_placed(Placement.MAPPED_UPDATE)}
 
     def inputs_placed(self, *placements: Placement) -> tuple[InputPlan, ...]:
         """The input plans with one of ``placements``, in argument order."""

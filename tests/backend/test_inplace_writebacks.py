@@ -1,9 +1,11 @@
-"""Input write-backs computed in place (:mod:`simaccel.codegen.inplace`): a parameter or
-optimizer state the step updates stays resident on the device, its kernel storing the
-new value into the input's own device copy, so the next step uploads only what changed
-(the gradients). Every test compares with eager over several calls, and the cases that
-could leave a stale device copy (a host-side update between steps, another compiled
-graph reading the same parameters, a failed call) are checked to re-upload."""
+"""Input write-backs computed in place (:mod:`simaccel.codegen.inplace`): with host
+mapping off (``host_map_min_bytes=0``; on, such an input is a mapped update instead,
+tests/backend/test_mapped_updates.py) a parameter or optimizer state the step updates
+stays resident on the device, its kernel storing the new value into the input's own
+device copy, so the next step uploads only what changed (the gradients). Every test
+compares with eager over several calls, and the cases that could leave a stale device
+copy (a host-side update between steps, another compiled graph reading the same
+parameters, a failed call) are checked to re-upload."""
 from __future__ import annotations
 
 import pytest
@@ -13,6 +15,13 @@ import simaccel
 from simaccel.runtime import program as program_module
 
 TOL = {"rtol": 1e-5, "atol": 1e-6}
+
+
+@pytest.fixture(autouse=True)
+def resident_updates():
+    """The resident path: host mapping off."""
+    with simaccel.configure(host_map_min_bytes=0):
+        yield
 
 
 def _pair(optimizer: type, **options):

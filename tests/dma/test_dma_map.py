@@ -1,6 +1,6 @@
-"""Mapped reads (copy_many with ``mapped``): the device reads host memory in
-place. Same channels, timing, bursts and h2d counters as a copy of the same bytes, marked
-as mapped in the stats and the trace, and no byte copied."""
+"""Mapped accesses (copy_many with ``mapped``): the device reads host memory in place
+(h2d), or a kernel wrote it in place (d2h). Same channels, timing, bursts and counters as a
+copy of the same bytes, marked as mapped in the stats and the trace, and no byte copied."""
 from __future__ import annotations
 
 import numpy as np
@@ -73,8 +73,8 @@ def test_mapped_reads_reject_strided_sources_other_kinds_and_staging():
     strided = np.arange(64, dtype=np.float32).reshape(8, 8)[:, ::2]
     with pytest.raises(ValueError, match="'x'.*C-contiguous"):
         map_reads(eng, [strided], ["x"])
-    with pytest.raises(ValueError, match="only h2d"):
-        eng.copy_many("d2h", [np.zeros(4)], [None], ["y"], mapped=[True])
+    with pytest.raises(ValueError, match="only h2d reads and d2h writes"):
+        eng.copy_many("const", [np.zeros(4)], [None], ["y"], mapped=[True])
     with pytest.raises(ValueError, match="'z'.*not staged"):
         eng.copy_many("h2d", [np.zeros(4)], [None], ["z"], staged=[True], mapped=[True])
     st = eng.stats()
@@ -90,3 +90,31 @@ def test_reset_zeroes_the_mapped_counters():
     st = eng.stats()
     assert (st["h2d.mapped_bytes"], st["h2d.mapped_reads"], st["h2d.bytes"]) == (0, 0, 0)
     assert map_reads(eng, [], [], not_before_ns=9.0) == 9.0
+
+
+def test_mapped_writes_time_and_count_like_a_d2h_copy_of_the_same_bytes(monkeypatch):
+    """A kernel that updated host memory in place: its d2h write is placed and counted as
+    the copy back of the same bytes would be, in d2h.mapped_bytes/d2h.mapped_writes."""
+    sizes = [256, 64]
+    hosts = [np.arange(n, dtype=np.uint8) for n in sizes]
+    copied, mapped = make_engine(), make_engine()
+    end_copy = copied.copy_many("d2h", hosts, [np.zeros(n, np.uint8) for n in sizes],
+                                ["p", "q"])
+    monkeypatch.setattr(engine_module, "copy_array", lambda *a: pytest.fail("copied"))
+    end_map = mapped.copy_many("d2h", hosts, [None, None], ["p", "q"], mapped=[True, True])
+    assert end_map == end_copy == 100.0 + 256.0
+    want, got = copied.stats(), mapped.stats()
+    assert (got["d2h.mapped_bytes"], got["d2h.mapped_writes"]) == (320, 2)
+    assert (got["h2d.mapped_bytes"], want["d2h.mapped_writes"]) == (0, 0)
+    for key in ("d2h.bytes", "d2h.transfers", "descriptors", "bursts", "timeline_ns"):
+        assert got[key] == want[key], key
+    assert [e.name for e in mapped.trace_events()] == ["d2h p (mapped)", "d2h q (mapped)"]
+
+
+def test_a_mapped_write_needs_a_writeable_host_array():
+    eng = make_engine()
+    frozen = np.zeros(8, np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="mapped write 'w'.*read-only"):
+        eng.copy_many("d2h", [frozen], [None], ["w"], mapped=[True])
+    assert eng.stats()["d2h.mapped_writes"] == 0

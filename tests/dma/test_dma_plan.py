@@ -94,5 +94,5 @@ def test_a_plan_is_refused_by_an_engine_of_other_timing_or_with_other_pair_count
         make_engine().copy_planned(plan, srcs * 2, dsts * 2)
     with pytest.raises(ValueError, match="kind"):
         make_engine().plan_batch("sideways", srcs, dsts, ["x"])
-    with pytest.raises(ValueError, match="only h2d"):
-        make_engine().plan_batch("d2h", srcs, dsts, ["x"], mapped=[True])
+    with pytest.raises(ValueError, match="only h2d reads and d2h writes"):
+        make_engine().plan_batch("d2d", srcs, dsts, ["x"], mapped=[True])
