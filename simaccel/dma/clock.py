@@ -63,16 +63,58 @@ class SimClock:
         items a batch deals to that track, back to back from ``max(free time,
         not_before_ns)`` (what :meth:`reserve_round_robin` does item by item). Returns
         each share's start (ns), in ``shares`` order."""
-        free_ns, busy_ns = self._free_ns, self._busy_ns
-        starts = []
-        for index, total in shares:
-            track = tracks[index]
-            free = free_ns[track]
-            start = free if free > not_before_ns else float(not_before_ns)
-            free_ns[track] = start + total
-            busy_ns[track] += total
-            starts.append(start)
+        starts: list[float] = []
+        _place_shares(self._free_ns, self._busy_ns, tracks, shares, not_before_ns, starts)
         return starts
+
+    def reserve_serial(self, track: str, durations: tuple[float, ...],
+                       not_before_ns: float = 0.0) -> tuple[float, float]:
+        """Place ``durations`` on ``track`` back to back from ``max(free time,
+        not_before_ns)`` (a call's kernels on the compute track: each waits for the one
+        before it), summed in order as :meth:`reserve` would place them one by one.
+        Returns (start_ns, end_ns); (not_before_ns, not_before_ns) and nothing placed
+        when there are none."""
+        if not durations:
+            return not_before_ns, not_before_ns
+        free_ns, busy_ns = self._free_ns, self._busy_ns
+        free = free_ns[track]
+        start = free if free > not_before_ns else float(not_before_ns)
+        end, busy = start, busy_ns[track]
+        for duration in durations:
+            end += duration
+            busy += duration
+        free_ns[track] = end
+        busy_ns[track] = busy
+        return start, end
+
+    def reserve_call(self, tracks: list[str], uploads: tuple[tuple[tuple[int, float], ...], ...],
+                     compute: str, durations: tuple[float, ...],
+                     download: tuple[tuple[int, float], ...], not_before_ns: float,
+                     ready_ns: float) -> tuple[list[float], float, float]:
+        """Place one program call: each upload batch's ``shares`` (as
+        :meth:`reserve_shares`) from ``not_before_ns``; its kernels' ``durations`` on the
+        ``compute`` track (as :meth:`reserve_serial`) once the uploads and ``ready_ns``
+        are done; the ``download`` shares after the last kernel. Returns (every share's
+        start in that order, the kernels' start, the end of the last item), all in ns."""
+        free_ns, busy_ns = self._free_ns, self._busy_ns
+        starts: list[float] = []
+        end = ready_ns if ready_ns > not_before_ns else not_before_ns
+        for shares in uploads:
+            done = _place_shares(free_ns, busy_ns, tracks, shares, not_before_ns, starts)
+            if done > end:
+                end = done
+        start = end
+        if durations:  # inlined reserve_serial: this places every program call
+            free = free_ns[compute]
+            start = end = free if free > end else float(end)
+            busy = busy_ns[compute]
+            for duration in durations:  # in order, as one-by-one placement sums them
+                end += duration
+                busy += duration
+            free_ns[compute], busy_ns[compute] = end, busy
+        if download:
+            end = _place_shares(free_ns, busy_ns, tracks, download, end, starts)
+        return starts, start, end
 
     @property
     def now_ns(self) -> float:
@@ -84,3 +126,21 @@ class SimClock:
         for name in self._free_ns:
             self._free_ns[name] = 0.0
             self._busy_ns[name] = 0.0
+
+
+def _place_shares(free_ns: dict[str, float], busy_ns: dict[str, float], tracks: list[str],
+                  shares: tuple[tuple[int, float], ...], not_before_ns: float,
+                  starts: list[float]) -> float:
+    """Place each (track index, total ns) share from ``max(free time, not_before_ns)``,
+    appending its start to ``starts``; returns the latest end (``not_before_ns`` if none)."""
+    latest = not_before_ns
+    for index, total in shares:
+        track = tracks[index]
+        free = free_ns[track]
+        start = free if free > not_before_ns else float(not_before_ns)
+        end = free_ns[track] = start + total
+        busy_ns[track] += total
+        starts.append(start)
+        if end > latest:
+            latest = end
+    return latest

@@ -8,6 +8,9 @@ copy is the engine's business and does not depend on how the bytes were moved.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 
@@ -66,3 +69,34 @@ def check_mappable(kind: str) -> None:
     """Raise ValueError unless copies of ``kind`` can be mapped accesses."""
     if kind not in MAPPED_ACCESS:
         raise ValueError(f"only h2d reads and d2h writes can be mapped, got kind {kind!r}")
+
+
+def copy_plain(srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray | None],
+                labels: Sequence[str], moved: list[tuple[int, bool, bool, Any]]) -> None:
+    """Move a batch with nothing staged or mapped (the common call), appending each
+    pair's (bytes, staged, mapped, strided) to ``moved`` as it goes."""
+    for src, dst, label in zip(srcs, dsts, labels):
+        copy_array(src, dst, False, label)  # type: ignore[arg-type]
+        moved.append(copied_facts(src, dst, False))  # type: ignore[arg-type]
+
+
+def copy_each(kind: str, srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray | None],
+               labels: Sequence[str], staged: Sequence[bool] | None,
+               mapped: Sequence[bool] | None, moved: list[tuple[int, bool, bool, Any]]) -> None:
+    """Move a batch of ``kind`` pair by pair, staging where ``staged`` says and checking
+    (not moving) the mapped accesses; appends to ``moved`` as :func:`copy_plain` does."""
+    for done, src in enumerate(srcs):
+        is_staged = staged is not None and staged[done]
+        if mapped is not None and mapped[done]:
+            moved.append((mapped_bytes(src, is_staged, labels[done], kind), is_staged,
+                          True, None))
+            continue
+        dst = dsts[done]
+        copy_array(src, dst, is_staged, labels[done])  # type: ignore[arg-type]
+        moved.append(copied_facts(src, dst, is_staged))  # type: ignore[arg-type]
+
+
+def copied_facts(src: np.ndarray, dst: np.ndarray, staged: bool) -> tuple[int, bool, bool, Any]:
+    """A copied pair's (bytes, staged, mapped, strided source's shape and strides)."""
+    return (dst.nbytes, staged, False,
+            None if src.flags.c_contiguous else (src.shape, src.strides))

@@ -27,7 +27,6 @@ once. A bad pair stops its batch; what moved before it stays placed, traced and 
 """
 from __future__ import annotations
 
-import functools
 import numbers
 import os
 import threading
@@ -36,10 +35,13 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from simaccel.dma.call import CallPlan, make_call
 from simaccel.dma.clock import SimClock
-from simaccel.dma.copy import MAPPED_ACCESS, check_mappable, copy_array, mapped_bytes
+from simaccel.dma.copy import check_mappable, copy_each, copy_plain
 from simaccel.dma.descriptor import KINDS, Descriptor
 from simaccel.dma.plan import BatchPlan, PlannedPairError, make_plan, move_planned
+from simaccel.dma.spans import span_names, span_names_of, trace_args
+from simaccel.dma.stats import STAT_KEYS, count_batch, zero_stats
 from simaccel.dma.trace import PLANNED, DEFAULT_MAX_EVENTS, TraceEvent, TraceRecorder
 
 COMPUTE_TRACK = "compute"
@@ -93,66 +95,6 @@ class Completion:
         return self.end_ns
 
 
-def _copy_plain(srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray | None],
-                labels: Sequence[str], moved: list[tuple[int, bool, bool, Any]]) -> None:
-    """Move a batch with nothing staged or mapped (the common call), appending each
-    pair's (bytes, staged, mapped, strided) to ``moved`` as it goes."""
-    for src, dst, label in zip(srcs, dsts, labels):
-        copy_array(src, dst, False, label)  # type: ignore[arg-type]
-        moved.append(_copied(src, dst, False))  # type: ignore[arg-type]
-
-
-def _copy_each(kind: str, srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray | None],
-               labels: Sequence[str], staged: Sequence[bool] | None,
-               mapped: Sequence[bool] | None, moved: list[tuple[int, bool, bool, Any]]) -> None:
-    """Move a batch of ``kind`` pair by pair, staging where ``staged`` says and checking
-    (not moving) the mapped accesses; appends to ``moved`` as :func:`_copy_plain` does."""
-    for done, src in enumerate(srcs):
-        is_staged = staged is not None and staged[done]
-        if mapped is not None and mapped[done]:
-            moved.append((mapped_bytes(src, is_staged, labels[done], kind), is_staged,
-                          True, None))
-            continue
-        dst = dsts[done]
-        copy_array(src, dst, is_staged, labels[done])  # type: ignore[arg-type]
-        moved.append(_copied(src, dst, is_staged))  # type: ignore[arg-type]
-
-
-def _copied(src: np.ndarray, dst: np.ndarray, staged: bool) -> tuple[int, bool, bool, Any]:
-    """A copied pair's (bytes, staged, mapped, strided source's shape and strides)."""
-    return (dst.nbytes, staged, False,
-            None if src.flags.c_contiguous else (src.shape, src.strides))
-
-
-@functools.lru_cache(maxsize=4096)
-def _names_of(kind: str, labels: tuple[str, ...], mapped: tuple[bool, ...]) -> tuple[str, ...]:
-    return tuple((kind + " " + label if label else kind) + (" (mapped)" if is_mapped else "")
-                 for label, is_mapped in zip(labels, mapped))
-
-
-def _span_names(kind: str, labels: tuple[str, ...], moved: list) -> tuple[str, ...]:
-    """The spans' names of a batch (``"h2d buf3"``, ``"h2d x (mapped)"``); a program's
-    batches repeat theirs every call, so they are made once."""
-    return _names_of(kind, labels, tuple(m[2] for m in moved))
-
-
-def _trace_args(facts: tuple) -> dict[str, Any]:
-    """The trace ``args`` from the compact facts recorded on the hot path: () for a kernel
-    without args, else one copy's (bytes, kind, bursts, channel, staged, strided, mapped)."""
-    if not facts:
-        return {}
-    nbytes, kind, bursts, channel, staged, strided, mapped = facts
-    args: dict[str, Any] = {"bytes": nbytes, "kind": kind, "bursts": bursts, "channel": channel}
-    if staged:
-        args["staged"] = True
-    if mapped:
-        args["mapped"] = True
-    if strided is not None:
-        args["src_shape"] = list(strided[0])
-        args["src_strides"] = list(strided[1])
-    return args
-
-
 def _kind_runs(descs: list[Descriptor]) -> list[tuple[str, tuple[list, ...]]]:
     """``descs`` cut into runs of consecutive descriptors of one kind, in order (a submit is
     placed in order), each as its (srcs, dsts, labels, staged) columns."""
@@ -168,40 +110,6 @@ def _kind_runs(descs: list[Descriptor]) -> list[tuple[str, tuple[list, ...]]]:
         columns[2].append(d.label)
         columns[3].append(d.staged)
     return runs
-
-
-#: kind -> its (bytes, transfers, mapped bytes, mapped accesses) counter names, built once
-#: (the hot path adds to them); only h2d reads and d2h writes can be mapped
-_STAT_KEYS = {kind: (f"{kind}.bytes", f"{kind}.transfers", f"{kind}.mapped_bytes",
-                     f"{kind}.mapped_{MAPPED_ACCESS.get(kind, '')}s") for kind in KINDS}
-
-
-def _zero_stats() -> dict[str, float]:
-    stats: dict[str, float] = {}
-    for kind in (*KINDS, "staged"):
-        stats[f"{kind}.bytes"] = 0
-        stats[f"{kind}.transfers"] = 0
-    stats.update(dict.fromkeys(("h2d.mapped_bytes", "h2d.mapped_reads", "d2h.mapped_bytes",
-                                "d2h.mapped_writes"), 0))
-    stats.update(descriptors=0, bursts=0, compute_items=0, compute_ns=0.0)
-    return stats
-
-
-def _count(stats: dict[str, float], keys: tuple[str, ...], descriptors: int, nbytes: int,
-           bursts: int, staged_bytes: int, mapped_bytes: int, mapped_accesses: int) -> None:
-    """The one place copies are counted: one batch of one kind (``keys``: its counters, see
-    :data:`_STAT_KEYS`) into ``stats``; ``nbytes`` and ``descriptors`` include the mapped
-    accesses (they cross the bus like copies)."""
-    stats[keys[0]] += nbytes
-    stats[keys[1]] += 1
-    if staged_bytes:
-        stats["staged.bytes"] += staged_bytes
-        stats["staged.transfers"] += 1
-    if mapped_accesses:
-        stats[keys[2]] += mapped_bytes
-        stats[keys[3]] += mapped_accesses
-    stats["descriptors"] += descriptors
-    stats["bursts"] += bursts
 
 
 class DmaEngine:
@@ -235,9 +143,11 @@ class DmaEngine:
         tracks = [channel_track(i) for i in range(channels)] + [COMPUTE_TRACK]
         self._lock = threading.Lock()
         self._clock = SimClock(tracks)
-        self._trace = TraceRecorder(tracks, max_trace_events, decode_args=_trace_args)
+        self._trace = TraceRecorder(tracks, max_trace_events, decode_args=trace_args)
         self._next_channel = 0
-        self._stats = _zero_stats()
+        self._stats = zero_stats()
+        #: calls placed by record_call and not yet in ``_stats``, per call plan
+        self._calls: dict[CallPlan, int] = {}
         self._tracks = tracks  # by channel index, then compute (names precomputed: hot path)
         self._channel_tracks = tracks[:channels]
         #: what a :class:`BatchPlan` is made for: plans of other timings are refused
@@ -279,10 +189,10 @@ class DmaEngine:
         try:
             for kind, columns in runs:
                 self._transfer(kind, *columns, None, not_before_ns, placed,
-                               per_kind.setdefault(kind, _zero_stats()))
+                               per_kind.setdefault(kind, zero_stats()))
         finally:  # what moved before a bad descriptor is counted
             for kind, counts in per_kind.items():
-                for key in (_STAT_KEYS[kind][1], "staged.transfers"):
+                for key in (STAT_KEYS[kind][1], "staged.transfers"):
                     counts[key] = min(counts[key], 1)
                 for key, value in counts.items():
                     self._stats[key] += value
@@ -310,11 +220,11 @@ class DmaEngine:
         :meth:`copy_many`): later calls must pass pairs of the same dtypes, element
         counts and layouts (a program's per-call inputs and outputs, fixed by its guards
         and its workspace)."""
-        if kind not in _STAT_KEYS:
+        if kind not in STAT_KEYS:
             raise ValueError(f"DMA copy kind must be one of {KINDS}, got {kind!r}")
         mapped_t = tuple(bool(x) for x in mapped) if mapped is not None else (False,) * len(srcs)
         return make_plan(kind, srcs, dsts, labels, staged, mapped_t, self._timing,
-                         _names_of(kind, tuple(labels), mapped_t))
+                         span_names_of(kind, tuple(labels), mapped_t))
 
     def copy_planned(self, plan: BatchPlan, srcs: Sequence[np.ndarray],
                      dsts: Sequence[np.ndarray | None], *, not_before_ns: float = 0.0,
@@ -325,22 +235,82 @@ class DmaEngine:
         moved before it is placed, traced and counted, as :meth:`copy_many` does.
         ``mapped_checked``: the caller checked the mapped arrays against the plan (as a
         runtime binding kernels to them does): only the copies are looked at."""
+        try:
+            self.move_batch(plan, srcs, dsts, mapped_checked=mapped_checked)
+        except PlannedPairError as failed:
+            self.place_moved(plan, failed.done, not_before_ns)
+            raise failed.cause from None
         with self._lock:
-            if plan.timing != self._timing:
-                raise ValueError(f"DMA batch plan was made for an engine with (channels, "
-                                 f"latency, bandwidth, burst) {plan.timing}, this one has "
-                                 f"{self._timing}; make the plan again")
-            if len(srcs) != len(plan.nbytes) or len(dsts) != len(plan.nbytes):
-                raise ValueError(f"DMA batch plan has {len(plan.nbytes)} pairs, got "
-                                 f"{len(srcs)} sources and {len(dsts)} destinations")
-            try:
-                move_planned(plan, srcs, dsts, mapped_checked)
-            except PlannedPairError as failed:
-                self._place(plan.kind, _STAT_KEYS[plan.kind], plan.labels, [
-                    (plan.nbytes[i], plan.staged[i], plan.mapped[i], plan.strided[i])
-                    for i in range(failed.done)], not_before_ns, None, None)
-                raise failed.cause from None
             return self._place_planned(plan, not_before_ns)
+
+    def move_batch(self, plan: BatchPlan, srcs: Sequence[np.ndarray],
+                   dsts: Sequence[np.ndarray | None], *, mapped_checked: bool = False) -> None:
+        """Move a planned batch's bytes (arguments as for :meth:`copy_planned`) without
+        placing it: a program call moves its batches and runs its kernels, then places
+        them all at once (:meth:`record_call`). Raises
+        :class:`~simaccel.dma.plan.PlannedPairError` (how many pairs moved, and why) at a
+        bad pair; :meth:`place_moved` places those."""
+        if plan.timing != self._timing:
+            raise ValueError(f"DMA batch plan was made for an engine with (channels, "
+                             f"latency, bandwidth, burst) {plan.timing}, this one has "
+                             f"{self._timing}; make the plan again")
+        if len(srcs) != len(plan.nbytes) or len(dsts) != len(plan.nbytes):
+            raise ValueError(f"DMA batch plan has {len(plan.nbytes)} pairs, got "
+                             f"{len(srcs)} sources and {len(dsts)} destinations")
+        move_planned(plan, srcs, dsts, mapped_checked)
+
+    def place_moved(self, plan: BatchPlan, done: int, not_before_ns: float = 0.0) -> float:
+        """Place, trace and count the first ``done`` pairs of a planned batch that
+        stopped at a bad pair; returns their end (ns)."""
+        with self._lock:
+            return self._place(plan.kind, STAT_KEYS[plan.kind], plan.labels, [
+                (plan.nbytes[i], plan.staged[i], plan.mapped[i], plan.strided[i])
+                for i in range(done)], not_before_ns, None, None)
+
+    def plan_call(self, uploads: Sequence[BatchPlan], kernels: Sequence[str],
+                  durations: Sequence[float], download: BatchPlan | None) -> CallPlan:
+        """The :class:`~simaccel.dma.call.CallPlan` of a program call (its upload
+        batches, its kernels' names and simulated times in ns, its download batch) that
+        :meth:`record_call` places again and again."""
+        return make_call(tuple(uploads), tuple(kernels), tuple(durations), download,
+                         self._timing)
+
+    def record_call(self, call: CallPlan, not_before_ns: float = 0.0,
+                    ready_ns: float = 0.0) -> float:
+        """Place, trace and count one call of ``call`` whose batches moved
+        (:meth:`move_batch`) and whose kernels ran: the uploads from ``not_before_ns``,
+        the kernels back to back once the uploads and ``ready_ns`` (other data the
+        kernels wait for) are done, the download after the last kernel. One ring entry
+        and one count per call (:mod:`simaccel.dma.call`). Returns the end of its last
+        item (ns)."""
+        if call.timing is not self._timing and call.timing != self._timing:
+            raise ValueError(f"call plan was made for an engine with (channels, latency, "
+                             f"bandwidth, burst) {call.timing}, this one has "
+                             f"{self._timing}; make the plan again")
+        with self._lock:
+            first = self._next_channel
+            layout = call._layouts.get(first) or call.layout(first)
+            starts, start, end = self._clock.reserve_call(
+                self._channel_tracks, layout.uploads, COMPUTE_TRACK, call.durations,
+                layout.download, not_before_ns, ready_ns)
+            self._trace.record_call((layout.spans, layout.entry, tuple(starts), start))
+            self._next_channel = layout.next_channel
+            calls = self._calls
+            calls[call] = calls.get(call, 0) + 1
+            return end
+
+    def _fold_calls(self) -> None:
+        """Add the calls :meth:`record_call` counted per plan to the counters."""
+        stats = self._stats
+        for call, times in self._calls.items():
+            for plan in call.batches:
+                if not plan.nbytes:  # an empty batch moved nothing: not a transfer
+                    continue
+                count_batch(stats, STAT_KEYS[plan.kind], len(plan.nbytes), *plan.totals,
+                            times=times)
+            stats["compute_items"] += len(call.kernels) * times
+            stats["compute_ns"] += call.kernel_ns * times
+        self._calls.clear()
 
     def _place_planned(self, plan: BatchPlan, not_before_ns: float) -> float:
         """Place, trace and count a planned batch whose bytes moved; returns its end (ns)."""
@@ -359,7 +329,7 @@ class DmaEngine:
                                   plan.durations, tuple(channel_starts), plan.args(first),
                                   PLANNED))
         self._next_channel = deal.last + 1 if deal.last + 1 < self.channels else 0
-        _count(self._stats, _STAT_KEYS[plan.kind], len(plan.nbytes), *plan.totals)
+        count_batch(self._stats, STAT_KEYS[plan.kind], len(plan.nbytes), *plan.totals)
         return end
 
     def copy_one(self, kind: str, src: np.ndarray, dst: np.ndarray, label: str, *,
@@ -382,7 +352,7 @@ class DmaEngine:
         counted. ``placed`` gets
         (channel, start_ns, end_ns, bursts) per pair. Returns the latest end (ns)."""
         try:
-            keys = _STAT_KEYS[kind]
+            keys = STAT_KEYS[kind]
         except KeyError:
             raise ValueError(f"DMA copy kind must be one of {KINDS}, got {kind!r}") from None
         if mapped is not None:
@@ -393,9 +363,9 @@ class DmaEngine:
         moved: list[tuple[int, bool, bool, Any]] = []  # (bytes, staged, mapped, strided)
         try:
             if mapped is None and not (staged and any(staged)):
-                _copy_plain(srcs, dsts, labels, moved)
+                copy_plain(srcs, dsts, labels, moved)
             else:
-                _copy_each(kind, srcs, dsts, labels, staged, mapped, moved)
+                copy_each(kind, srcs, dsts, labels, staged, mapped, moved)
         finally:  # what moved before a bad pair is placed, traced and counted
             end = self._place(kind, keys, labels, moved, not_before_ns, placed, stats)
         return end
@@ -416,7 +386,7 @@ class DmaEngine:
         # one trace entry and one count per batch: the spans' names and args are made
         # when the trace is read (this runs on every call)
         self._trace.record_batch((
-            kind, _span_names(kind, tuple(labels[:len(moved)]), moved), channels, starts, ends,
+            kind, span_names(kind, tuple(labels[:len(moved)]), moved), channels, starts, ends,
             tuple([(m[0], kind, b, c, m[1], m[3], m[2])
                    for m, b, c in zip(moved, bursts, channels)])))
         if placed is not None:
@@ -429,7 +399,7 @@ class DmaEngine:
                 staged_bytes += nbytes
             if is_mapped:
                 in_place_bytes, in_place = in_place_bytes + nbytes, in_place + 1
-        _count(self._stats if stats is None else stats, keys, len(moved),
+        count_batch(self._stats if stats is None else stats, keys, len(moved),
                sum(m[0] for m in moved), sum(bursts), staged_bytes, in_place_bytes, in_place)
         return max(not_before_ns, max(ends))
 
@@ -469,6 +439,7 @@ class DmaEngine:
         their kind's bytes and in ``descriptors``); ``descriptors``; ``bursts``;
         ``busy_ns`` (sum of channel busy time, ns); ``compute_ns``/``compute_items``; ``timeline_ns`` (latest end on any track, ns)."""
         with self._lock:
+            self._fold_calls()
             out = dict(self._stats)
             out["busy_ns"] = sum(self._clock.busy_ns(channel_track(i))
                                  for i in range(self.channels))
@@ -478,7 +449,8 @@ class DmaEngine:
     def reset_stats(self) -> None:
         """Zero the counters, clear the trace and restart the timeline at 0 ns."""
         with self._lock:
-            self._stats = _zero_stats()
+            self._stats = zero_stats()
+            self._calls.clear()
             self._clock.reset()
             self._trace.clear()
             self._next_channel = 0

@@ -62,14 +62,11 @@ class BatchPlan:
     totals: tuple[int, int, int, int, int]
     #: positions of the pairs that are copied (not mapped), in order
     copied: tuple[int, ...] = ()
+    #: True if some pair is staged or mapped (the plain copy loop does neither)
+    special: bool = False
     #: trace args per start channel (they name the channel)
     _args: dict[int, tuple] = field(default_factory=dict, compare=False, repr=False)
     _deals: dict[int, ChannelDeal] = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def special(self) -> bool:
-        """True if some pair is staged or mapped (the plain copy loop does neither)."""
-        return True in self.staged or True in self.mapped
 
     def deal(self, first: int) -> ChannelDeal:
         """The round-robin deal starting on channel ``first`` (made once per channel)."""
@@ -125,7 +122,8 @@ def make_plan(kind: str, srcs: Sequence[np.ndarray], dsts: Sequence[np.ndarray |
     return BatchPlan(kind, tuple(labels), nbytes, staged_t, mapped,
                      tuple(latency + n / bandwidth for n in nbytes), bursts, names,
                      strided_facts(srcs, mapped), timing, totals,
-                     tuple(i for i, m in enumerate(mapped) if not m))
+                     tuple(i for i, m in enumerate(mapped) if not m),
+                     any(staged_t) or any(mapped))
 
 
 class PlannedPairError(Exception):

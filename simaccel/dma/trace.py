@@ -56,6 +56,51 @@ PlannedBatch = tuple[str, tuple, tuple, tuple, tuple, tuple, tuple, str]
 PLANNED = "planned"
 
 
+#: One program call (:class:`simaccel.dma.call.CallPlan`) as one ring entry: (spans,
+#: parts, share_starts_ns, compute_start_ns). ``parts`` is the plan's layout entry (plain
+#: tuples shared by every call: per batch its (cat, names, tids, offsets_ns,
+#: durations_ns, args, active tids), the number of uploads, the kernels' names and
+#: durations, the compute track); ``share_starts_ns``: when each batch's channel shares
+#: start, batch by batch in active-channel order.
+CallEntry = tuple[int, tuple, tuple, float]
+
+
+def call_spans(entry: CallEntry) -> list[RawEvent]:
+    """The spans of a :data:`CallEntry`: the uploads' copies, the kernels back to back
+    from ``compute_start_ns`` (each starting where the one before ended, as the compute
+    track places them one by one), then the download's copies."""
+    _, (batches, uploads, kernels, durations, compute_tid), starts, compute_start = entry
+    raws: list[RawEvent] = []
+    at = 0
+    for index, (cat, names, tids, offsets, spans_ns, args, active) in enumerate(batches):
+        if index == uploads:
+            raws += _kernel_spans(kernels, durations, compute_tid, compute_start)
+        channel_starts = dict(zip(active, starts[at:at + len(active)]))
+        at += len(active)
+        raws += [(name, cat, tid, channel_starts[tid] + offset, duration, arg)
+                 for name, tid, offset, duration, arg
+                 in zip(names, tids, offsets, spans_ns, args)]
+    if uploads == len(batches):
+        raws += _kernel_spans(kernels, durations, compute_tid, compute_start)
+    return raws
+
+
+def _kernel_spans(kernels: tuple, durations: tuple, tid: int, start: float) -> list[RawEvent]:
+    raws: list[RawEvent] = []
+    for name, duration in zip(kernels, durations):
+        end = start + duration
+        raws.append((name, "compute", tid, start, end - start, ()))
+        start = end
+    return raws
+
+
+def _entry_spans(entry: Any) -> int:
+    """How many spans a ring entry holds (a span, a batch or a call)."""
+    if type(entry[0]) is int:
+        return entry[0]
+    return len(entry[2]) if type(entry[1]) is tuple else 1
+
+
 def batch_spans(batch: SpanBatch | PlannedBatch) -> list[RawEvent]:
     """The spans of a :data:`SpanBatch` or a :data:`PlannedBatch`."""
     if len(batch) == 8:
@@ -78,9 +123,10 @@ class TraceRecorder:
             raise ValueError(f"max_events must be positive, got {max_events}")
         self.track_names = list(track_names)
         self.max_events = max_events
-        #: spans (6-tuples) and span batches (:data:`SpanBatch`, 6-tuples whose second
-        #: item is a tuple), oldest first; ``_held`` spans in all
-        self._events: collections.deque[RawEvent | SpanBatch] = collections.deque()
+        #: spans (6-tuples), span batches (:data:`SpanBatch`, :data:`PlannedBatch`: the
+        #: second item is a tuple) and calls (:data:`CallEntry`: the first item is an
+        #: int), oldest first; ``_held`` spans in all
+        self._events: collections.deque[Any] = collections.deque()
         self._held = 0
         self._recorded = 0  # since the last clear; the ring holds the newest of them
         self._decode_args = decode_args
@@ -109,6 +155,15 @@ class TraceRecorder:
         self._events.append(batch)
         self._added(len(batch[2]))
 
+    def record_call(self, entry: CallEntry) -> None:
+        """Append one program call as one entry (see :data:`CallEntry`)."""
+        self._events.append(entry)
+        count = entry[0]
+        self._recorded += count
+        self._held += count
+        if self._held > self.max_events:
+            self._added(0)  # drop the oldest
+
     def _added(self, count: int) -> None:
         """Count ``count`` new spans; drop the oldest entries past ``max_events`` spans
         (a batch goes whole, so the ring may hold fewer spans than that)."""
@@ -117,13 +172,15 @@ class TraceRecorder:
         events = self._events
         while self._held > self.max_events:
             oldest = events.popleft()
-            self._held -= len(oldest[2]) if type(oldest[1]) is tuple else 1
+            self._held -= _entry_spans(oldest)
 
     def events(self) -> list[TraceEvent]:
         """The retained events, oldest first."""
         raws: list[RawEvent] = []
         for entry in self._events:
-            if type(entry[1]) is tuple:
+            if type(entry[0]) is int:
+                raws += call_spans(entry)  # type: ignore[arg-type]
+            elif type(entry[1]) is tuple:
                 raws += batch_spans(entry)  # type: ignore[arg-type]
             else:
                 raws.append(entry)

@@ -16,14 +16,15 @@ This module knows nothing of torch: buffers are numpy arrays over device memory.
 from __future__ import annotations
 
 import threading
-import time
 import weakref
 from typing import Any, Callable
 
 import numpy as np
 
 from simaccel.dma import Descriptor
+from simaccel.dma.plan import PlannedPairError
 from simaccel.errors import SimAccelError
+from simaccel.runtime.calls import CallProgress, call_plan, launch_kernels, run_stepwise
 from simaccel.runtime.constbank import ConstantBank
 from simaccel.runtime.device import Device
 from simaccel.runtime import tiers
@@ -34,6 +35,7 @@ from simaccel.runtime.layout import MAX_LAYOUTS, Layouts, SizedLayout, output_vi
 from simaccel.runtime.resident import BoundWorkspace, ResidentState
 from simaccel.runtime.spec import (SIZE_BANK, BufferDecl, HostStep, InputPlan, LaunchStep,
                                    OutputDecl, Placement, ProgramSpec, Step)
+from simaccel.runtime.staging import is_aligned, staging_flags
 
 __all__ = ["BufferDecl", "HostStep", "InputPlan", "LaunchStep", "OutputDecl", "Placement",
            "Program", "ProgramSpec"]
@@ -81,6 +83,7 @@ class Program:
         self._updated = tuple((p.index, p.buffer)
                               for p in spec.inputs_placed(Placement.MAPPED_UPDATE))
         self._kernel_wall_ns = 0
+        self._host_steps = any(not isinstance(step, LaunchStep) for step in spec.steps)
         self._launches_per_call = sum(step.on_device for step in spec.steps)
         #: position of the first input write-back among the outputs (they come last)
         self._first_writeback = len(spec.outputs) - len(spec.writebacks)
@@ -189,9 +192,7 @@ class Program:
                 self._tier_epoch = tiers.current()
             try:
                 bound = self._bind_workspace(self._workspace(layout.plan.total_bytes), layout)
-                ready = max(ready, self._upload(bound, args, data_ptrs, layout.sizes))
-                end = self._launch_all(bound, ready, layout.sizes)
-                self._download(bound, args, host_outputs, end, data_ptrs)
+                self._execute(bound, args, host_outputs, data_ptrs, layout.sizes, ready)
             except BaseException:
                 for plan in self._resident_written:
                     self._state.keys.pop(plan.buffer, None)
@@ -297,34 +298,60 @@ class Program:
         size bank slots it reads."""
         return [*arrays, *layout.params[k], *self._slots[k]]
 
-    def _upload(self, bound: BoundWorkspace, args: list[Any],
-                data_ptrs: list[int] | None, sizes: tuple[int, ...]) -> float:
-        """DMA the per-call tensor inputs (one scatter-gather submit) and, if a lifted
+    def _execute(self, bound: BoundWorkspace, args: list[Any], host_outputs: list[Any],
+                 data_ptrs: list[int] | None, sizes: tuple[int, ...], ready_ns: float) -> None:
+        """Move the call's inputs, run its steps, move its outputs, then put the call on
+        the device timeline as one record (:mod:`simaccel.runtime.calls`); kernels start
+        no earlier than ``ready_ns`` (the resident uploads). A program with host steps
+        records its uploads, runs its steps one by one, then records its download."""
+        dma, done = self.device.dma, CallProgress()
+        try:
+            self._upload(bound, args, data_ptrs, sizes, done)
+            if self._host_steps:
+                ready_ns = dma.record_call(call_plan(dma, bound, self.spec.steps, done),
+                                           ready_ns=ready_ns)
+                done = CallProgress()
+                ready_ns, self._kernel_wall_ns = run_stepwise(
+                    self.device, self.spec.steps, bound, ready_ns,
+                    dict(zip(self._symbol_names, sizes)))
+            else:
+                self._kernel_wall_ns = launch_kernels(bound, self.device.compute_lock, done)
+            self._download(bound, args, host_outputs, data_ptrs, done)
+        except BaseException as exc:  # record what moved and ran, then say why it stopped
+            end = ready_ns
+            if done.uploads or done.download or done.launched:
+                end = dma.record_call(call_plan(dma, bound, self.spec.steps, done),
+                                      ready_ns=ready_ns)
+            if not isinstance(exc, PlannedPairError):
+                raise
+            dma.place_moved(done.moving, exc.done, end if done.moving.kind == "d2h" else 0.0)
+            raise exc.cause from None
+        dma.record_call(call_plan(dma, bound, self.spec.steps, done), ready_ns=ready_ns)
+
+    def _upload(self, bound: BoundWorkspace, args: list[Any], data_ptrs: list[int] | None,
+                sizes: tuple[int, ...], done: CallProgress) -> None:
+        """DMA the per-call tensor inputs (one scatter-gather batch) and, if a lifted
         scalar or a size symbol (``sizes``: this call's) changed, the constant bank (one
-        descriptor); returns when both are done (ns)."""
-        end = 0.0
+        descriptor); ``done`` gets their plans."""
         if self._streamed:
             srcs = [args[p.index] for p in self._streamed]
-            # a kernel updating an input in host memory addresses its elements itself: no
-            # DMA descriptor, so no alignment to check
-            staged = [not updates and not self._aligned(p, host, data_ptrs)
-                      for p, host, updates in zip(self._streamed, srcs, self._updates_flags)]
-            if not all(host.size for host in srcs):  # empty inputs: nothing to address
+            staged = staging_flags(self._streamed, srcs, self._updates_flags, data_ptrs,
+                                   self.spec.alignment)
+            if staged is None:  # empty inputs: nothing to address
+                staged = (False,) * len(srcs)
                 dsts = [d if h.size or d is None else d[:0]
                         for d, h in zip(bound.input_dsts, srcs)]
             else:
                 dsts = bound.dsts_shaped_like(srcs)
             if self._mapped_flags is not None:
                 self._bind_mapped(bound, srcs, data_ptrs)
-            # mapped inputs ride in the same submit: one h2d transfer per call
-            end = self._copy_planned(bound, "h2d", srcs, dsts, self._streamed_labels, staged,
-                                     self._mapped_flags, 0.0)
+            # mapped inputs ride in the same batch: one h2d transfer per call
+            self._copy_planned(bound, staged, "h2d", srcs, dsts, self._streamed_labels,
+                               staged, self._mapped_flags, done)
         if self._bank.used and self._bank.pack(args, sizes):
-            # planned like the inputs: a changed scalar costs one planned step
-            end = max(end, self._copy_planned(bound, "const", [self._bank.host],
-                                              [self._state.bank], ["constant bank"], None,
-                                              None, 0.0))
-        return end
+            # planned like the inputs: a changed scalar costs one planned batch
+            self._copy_planned(bound, "const", "const", [self._bank.host], [self._state.bank],
+                               ["constant bank"], None, None, done)
 
     def _bind_mapped(self, bound: BoundWorkspace, srcs: list[np.ndarray],
                      data_ptrs: list[int] | None) -> None:
@@ -336,20 +363,6 @@ class Program:
                 k, [hosts[b] if b in hosts else bound.views[b] for b in step.buffers],
                 bound.layout))
         bind_mapped(bound, srcs, data_ptrs, self._streamed, self._mapped_steps, bind)
-
-    def _aligned(self, plan: InputPlan, host: np.ndarray, data_ptrs: list[int] | None) -> bool:
-        """True if the input can take a direct descriptor (its address is a multiple of
-        ``DeviceConfig.alignment``); it must agree with the plan where a guard pins it."""
-        if not host.size:  # an empty tensor moves nothing: its pointer is not in the plan
-            return True
-        aligned = _data_ptr(plan.index, host, data_ptrs) % self.spec.alignment == 0
-        if plan.aligned is not None and plan.aligned != aligned:
-            raise SimAccelError(
-                f"input {plan.index} ({plan.buffer}) was compiled for a "
-                f"{'direct' if plan.aligned else 'staged'} DMA but is "
-                f"{'' if aligned else 'mis'}aligned now; the alignment guard should "
-                f"have recompiled this graph (please report this)")
-        return aligned
 
     def _upload_resident(self, args: list[Any], keys: dict[int, Any] | None,
                          layout: SizedLayout) -> float:
@@ -367,7 +380,7 @@ class Program:
             srcs.append(host)
             dsts.append(self._resident_view(plan.buffer, layout.numel[plan.buffer]))
             labels.append(plan.buffer)
-            staged.append(not self._aligned(plan, host, None))
+            staged.append(not is_aligned(plan, host, None, self.spec.alignment))
             known[plan.buffer] = key
         if not srcs:
             return 0.0
@@ -392,45 +405,8 @@ class Program:
             self._bound.clear()
         return view
 
-    def _launch_all(self, bound: BoundWorkspace, ready_ns: float,
-                    sizes: tuple[int, ...]) -> float:
-        """Run every step on ``bound`` after ``ready_ns``; ``sizes``: this call's symbol
-        values (a host step may read any of them). Returns when the last is done (ns)."""
-        device = self.device
-        schedule = device.dma.schedule_compute
-        clock = time.perf_counter_ns
-        end = ready_ns
-        wall = 0
-        for step, launch, duration in zip(self.spec.steps, bound.launches, bound.durations):
-            if launch is not None:
-                with device.compute_lock:
-                    t0 = clock()
-                    launch()
-                    wall += clock() - t0
-                end = schedule(step.name, duration, end)[1]
-            else:
-                end = self._run_host(step, bound.views, end,
-                                     dict(zip(self._symbol_names, sizes)))
-        self._kernel_wall_ns = wall
-        return end
-
-    def _run_host(self, step: Step, views: dict[str, np.ndarray], ready_ns: float,
-                  sizes: dict[str, int]) -> float:
-        """A fallback op: its operands go device->host and its results host->device;
-        ``sizes``: this call's size symbols."""
-        dma = self.device.dma
-        host = {name: np.empty_like(views[name]) for name in step.reads}
-        descs = [Descriptor(views[n], host[n], "d2h", n) for n in step.reads]
-        end = dma.submit(descs, not_before_ns=ready_ns).end_ns if descs else ready_ns
-        results = {name: np.empty_like(views[name]) for name in step.writes}
-        step.fn({**host, **results}, sizes)
-        descs = [Descriptor(results[n], views[n], "h2d", n) for n in step.writes]
-        end = dma.submit(descs, not_before_ns=end).end_ns if descs else end
-        self.device.count("host_fallback_ops")
-        return end
-
     def _download(self, bound: BoundWorkspace, args: list[Any], host_outputs: list[Any],
-                  ready_ns: float, data_ptrs: list[int] | None) -> None:
+                  data_ptrs: list[int] | None, done: CallProgress) -> None:
         """DMA every tensor output (and input write-back) device to host in one submit;
         a write-back goes into the caller's tensor, staged when its address is not
         aligned (the outputs simaccel allocates always are). The inputs a kernel updated
@@ -458,25 +434,32 @@ class Program:
             mapped = [False] * copies + [True] * len(self._updated)
             staged = staged + [False] * len(self._updated) if staged else []
         if srcs:
-            self._copy_planned(bound, "d2h", srcs, dsts, labels,
-                               staged if True in staged else None, mapped, ready_ns)
+            staged_or_none = staged if True in staged else None
+            self._copy_planned(bound, ("d2h", tuple(labels), staged_or_none and tuple(staged)),
+                               "d2h", srcs, dsts, labels, staged_or_none, mapped, done)
 
-    def _copy_planned(self, bound: BoundWorkspace, kind: str, srcs: list[np.ndarray],
+    def _copy_planned(self, bound: BoundWorkspace, key: Any, kind: str, srcs: list[np.ndarray],
                       dsts: list[np.ndarray | None], labels: list[str],
-                      staged: list[bool] | None, mapped: list[bool] | None,
-                      not_before_ns: float) -> float:
-        """One DMA batch of a call, through its plan (made at the first call of this
-        workspace for these labels and staging: the sizes are the layout's, the mapped
-        flags the program's); returns its end (ns)."""
-        key = (kind, tuple(labels), tuple(staged) if staged is not None else None)
+                      staged: Any, mapped: list[bool] | None, done: CallProgress) -> None:
+        """Move one DMA batch of a call through its plan, made at the first call of this
+        workspace with this ``key`` (what varies between its calls: labels and staging;
+        the sizes are the layout's, the mapped flags the program's); ``done`` gets the
+        plan (the call is placed at its end)."""
         plan = bound.batch_plans.get(key)
         dma = self.device.dma
         if plan is None:
             plan = bound.batch_plans[key] = dma.plan_batch(kind, srcs, dsts, labels,
                                                            staged=staged, mapped=mapped)
-        # the mapped arrays were checked when their kernel was bound (_bind_mapped)
-        return dma.copy_planned(plan, srcs, dsts, not_before_ns=not_before_ns,
-                                mapped_checked=mapped is not None)
+        done.moving = plan
+        try:  # the mapped arrays were checked when their kernel was bound (_bind_mapped)
+            dma.move_batch(plan, srcs, dsts, mapped_checked=mapped is not None)
+        except PlannedPairError:
+            bound.batch_plans.pop(key, None)  # it may have been made from the bad pair
+            raise
+        if kind == "d2h":
+            done.download = plan
+        else:
+            done.uploads.append(plan)
 
 
 def _check_alignment(spec: ProgramSpec, device: Device) -> None:

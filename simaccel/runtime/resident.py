@@ -80,9 +80,13 @@ class BoundWorkspace:
     #: step index -> the host arrays its mapped launch was last checked on (the same
     #: array objects again need no check: a numpy array keeps its layout)
     mapped_arrays: dict[int, list[np.ndarray]] = field(default_factory=dict)
-    #: (kind, labels, staged) -> the DMA plan of a per-call batch (sizes fixed by
-    #: ``layout``)
-    batch_plans: dict[tuple, Any] = field(default_factory=dict)
+    #: the DMA plan of each per-call batch (sizes fixed by ``layout``), by what varies
+    #: between its calls: the h2d batch by its staging flags, the constant bank's as
+    #: ``"const"``, the d2h batch by ``("d2h", labels, staging flags or None)``
+    batch_plans: dict[Any, Any] = field(default_factory=dict)
+    #: the DMA call plans of this binding's calls, by the ids of their batch plans and
+    #: the kernels they ran (see :func:`simaccel.runtime.calls.call_plan`)
+    call_plans: dict[tuple, Any] = field(default_factory=dict)
 
     def dsts_shaped_like(self, srcs: list[np.ndarray]) -> list[np.ndarray | None]:
         """``input_dsts`` viewed in the shapes of this call's host arrays (made at the first

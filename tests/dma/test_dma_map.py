@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import simaccel.dma.engine as engine_module
+import simaccel.dma.copy as copy_module
 from simaccel.dma import DmaEngine
 
 
@@ -36,7 +36,7 @@ def test_mapped_reads_time_and_count_like_a_copy_of_the_same_bytes(monkeypatch):
 
     def no_copy(*args):
         raise AssertionError("a mapped read copied bytes")
-    monkeypatch.setattr(engine_module, "copy_array", no_copy)
+    monkeypatch.setattr(copy_module, "copy_array", no_copy)
     end_map = map_reads(mapped, srcs, ["a", "b", "c"], not_before_ns=40.0)
 
     assert end_map == end_copy == 40.0 + 100.0 + 300.0 + 100.0 + 1000.0  # channel 0 queues
@@ -100,7 +100,7 @@ def test_mapped_writes_time_and_count_like_a_d2h_copy_of_the_same_bytes(monkeypa
     copied, mapped = make_engine(), make_engine()
     end_copy = copied.copy_many("d2h", hosts, [np.zeros(n, np.uint8) for n in sizes],
                                 ["p", "q"])
-    monkeypatch.setattr(engine_module, "copy_array", lambda *a: pytest.fail("copied"))
+    monkeypatch.setattr(copy_module, "copy_array", lambda *a: pytest.fail("copied"))
     end_map = mapped.copy_many("d2h", hosts, [None, None], ["p", "q"], mapped=[True, True])
     assert end_map == end_copy == 100.0 + 256.0
     want, got = copied.stats(), mapped.stats()

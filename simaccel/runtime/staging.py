@@ -1,0 +1,45 @@
+"""Which per-call copies go through a bounce buffer: a DMA descriptor needs a source
+address that is a multiple of ``DeviceConfig.alignment``; a host array elsewhere is
+staged (copied to an aligned host buffer first), as a real driver stages unpinned or
+misaligned memory."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from simaccel.errors import SimAccelError
+from simaccel.runtime.hostmap import data_ptr
+from simaccel.runtime.spec import InputPlan
+
+
+def is_aligned(plan: InputPlan, host: np.ndarray, data_ptrs: Sequence[int] | None,
+               alignment: int) -> bool:
+    """True if input ``plan`` (its host array ``host``) can take a direct descriptor (its
+    address is a multiple of ``alignment`` bytes); it must agree with the plan where a
+    guard pins it."""
+    if not host.size:  # an empty tensor moves nothing: its pointer is not in the plan
+        return True
+    aligned = data_ptr(plan.index, host, data_ptrs) % alignment == 0
+    if plan.aligned is not None and plan.aligned != aligned:
+        raise SimAccelError(
+            f"input {plan.index} ({plan.buffer}) was compiled for a "
+            f"{'direct' if plan.aligned else 'staged'} DMA but is "
+            f"{'' if aligned else 'mis'}aligned now; the alignment guard should "
+            f"have recompiled this graph (please report this)")
+    return aligned
+
+
+def staging_flags(plans: Sequence[InputPlan], srcs: Sequence[np.ndarray],
+                  updated: Sequence[bool], data_ptrs: Sequence[int] | None,
+                  alignment: int) -> tuple[bool, ...] | None:
+    """Per streamed input (``plans``, their host arrays ``srcs``): True if it is staged
+    (:func:`is_aligned` says no); an input its kernel updates in host memory
+    (``updated``) takes no descriptor, so nothing to align. None if some input is empty
+    (the caller shrinks its destinations first)."""
+    staged = []
+    for plan, host, updates in zip(plans, srcs, updated):
+        if not host.size:
+            return None
+        staged.append(not updates and not is_aligned(plan, host, data_ptrs, alignment))
+    return tuple(staged)
