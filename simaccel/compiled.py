@@ -54,7 +54,7 @@ class CompiledGraph:
         #: host views of the static-address inputs (parameters, optimizer state), kept
         #: between calls; the 0-d inputs the bank reads by value are never kept
         static = static_inputs - self.bank_inputs
-        self._static = StaticViews(static) if static else None
+        self._static = StaticViews(static, bool(program.spec.symbols)) if static else None
         #: static-address 0-d inputs the bank reads by value and the graph updates in
         #: place (an optimizer's step counts): their write-back views, kept as
         #: (tensor, data address, view) by index
@@ -139,21 +139,27 @@ class StaticViews:
     of its content key (a token). The views hold their tensors alive while the graph
     lives, as its guards already do."""
 
-    def __init__(self, indices: Iterable[int]):
+    def __init__(self, indices: Iterable[int], dynamic: bool = True):
         self.indices = frozenset(indices)
         #: index -> [tensor, data address, sizes, strides, view, token, write-back view]
         self._kept: dict[int, list] = {}
+        #: False for a static-shape graph: Dynamo's tensor guards already checked every
+        #: input's sizes and strides before the call, so a kept view is looked up by
+        #: tensor and address alone (an optimizer step takes 20-40 such tensors)
+        self._dynamic = dynamic
 
     def host_array(self, index: int, t: Any) -> tuple[Any, int]:
         """(host array, data address) of ``t``, the input at ``index`` (its kept view, or
         a new one if another tensor, address, size or strides came)."""
+        kept = self._kept.get(index)
+        if kept is not None and kept[0] is t:
+            ptr = t.data_ptr()
+            if kept[1] == ptr and (not self._dynamic or (kept[2] == t.shape
+                                                         and kept[3] == t.stride())):
+                return kept[4], ptr
         if not isinstance(t, torch.Tensor):
             return _host_array(t), 0
         ptr = t.data_ptr()
-        kept = self._kept.get(index)
-        if kept is not None and kept[0] is t and kept[1] == ptr and kept[2] == t.shape \
-                and kept[3] == t.stride():
-            return kept[4], ptr
         view = _host_array(t)
         self._kept[index] = [t, ptr, t.shape, t.stride(), view, next(_VIEW_TOKENS), None]
         return view, ptr
@@ -199,7 +205,11 @@ def _host_arrays(args: list[Any], scalar_indices: frozenset[int] = frozenset(),
     data_ptrs = []
     kept = static.indices if static is not None else ()
     for i, a in enumerate(args):
-        if i in kept:
+        kind = type(a)
+        if kind is float or kind is int or kind is bool:  # a lifted scalar Dynamo passed
+            host_args.append(a)                           # as a number: the bank packs it
+            data_ptrs.append(0)
+        elif i in kept:
             host, ptr = static.host_array(i, a)  # type: ignore[union-attr]
             host_args.append(host)
             data_ptrs.append(ptr)
