@@ -68,7 +68,8 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--quick", action="store_true",
                        help="tiny kernel sizes, fewer samples, no inductor or aot_eager, "
                        "the scalar scenarios at dynamic=None only; of the compile "
-                       "benchmarks only simaccel's cold and warm compile (under a minute)")
+                       "benchmarks only simaccel's cold and warm compile; no sort or topk kernels "
+                       "unless --scenarios names them (under a minute)")
     bench.add_argument("--backends", type=_backend_list, default=None,
                        help="comma-separated backends (default: eager, dynamo_eager, aot_eager, "
                        "inductor, simaccel; inductor and aot_eager left out with --quick)")

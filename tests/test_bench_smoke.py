@@ -239,3 +239,13 @@ def test_a_load_above_the_core_count_is_warned_about():
     warning = load_warning({"load_avg_1m_start": 1.5, "load_avg_1m_end": 3.2, "cpus": 2})
     assert warning is not None and "3.2" in warning and "2 cores" in warning
     assert load_warning({"load_avg_1m_start": None, "load_avg_1m_end": None, "cpus": 2}) is None
+
+
+def test_quick_leaves_the_slow_compiling_kernels_to_an_explicit_selection():
+    quick = {t.key: t.opt_in for t in build_tasks(["simaccel"], BenchConfig.make(quick=True),
+                                                  "/nonexistent")}
+    full = {t.key: t.opt_in for t in build_tasks(["simaccel"], BenchConfig.make(quick=False),
+                                                 "/nonexistent")}
+    assert quick["kernel/sort_last[16x256]"] and quick["kernel/topk16[16x256 k16]"]
+    assert not quick["kernel/chain8[64K f32]"] and not quick["kernel/gpt2[1 layer, 2x16 tokens]"]
+    assert not full["kernel/sort_last[1024x4096]"] and not full["kernel/topk16[1024x4096 k16]"]

@@ -211,6 +211,9 @@ class KernelWorkload:
     make: Callable[[bool], tuple[ScenarioFn, tuple]]
     sizes: tuple[str, str]
     tol: tuple[float, float] = (1e-4, 1e-4)
+    #: False: left out of ``simaccel bench --quick`` unless ``--scenarios`` names it (its
+    #: cold numba compiles alone take seconds: the sort and top-k templates, ~6 s)
+    in_quick: bool = True
 
     def tol_for(self, backend: str) -> tuple[float, float]:
         """(rtol, atol) of ``backend``'s result against eager (see the table above)."""
@@ -344,8 +347,10 @@ KERNEL_WORKLOADS: dict[str, KernelWorkload] = {w.name: w for w in (
                    ("256x1024 bf16", "32x128 bf16"), (1.6e-2, 1e-3)),
     KernelWorkload("mlp_bf16", _bf16(_mlp_workload),
                    ("512-2048-512 b64 bf16", "64-256-64 b8 bf16"), (1.6e-2, 8e-3)),
-    KernelWorkload("sort_last", _sort_workload, ("1024x4096", "16x256"), (0.0, 0.0)),
-    KernelWorkload("topk16", _topk_workload, ("1024x4096 k16", "16x256 k16"), (0.0, 0.0)),
+    KernelWorkload("sort_last", _sort_workload, ("1024x4096", "16x256"), (0.0, 0.0),
+                   in_quick=False),
+    KernelWorkload("topk16", _topk_workload, ("1024x4096 k16", "16x256 k16"), (0.0, 0.0),
+                   in_quick=False),
     KernelWorkload("grouped_conv", _grouped_conv_workload,
                    ("8x64x56x56 g8 3x3", "1x64x8x8 g8 3x3"), (1e-4, 1e-4)),
 )}
