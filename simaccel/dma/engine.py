@@ -250,7 +250,7 @@ class DmaEngine:
         them all at once (:meth:`record_call`). Raises
         :class:`~simaccel.dma.plan.PlannedPairError` (how many pairs moved, and why) at a
         bad pair; :meth:`place_moved` places those."""
-        if plan.timing != self._timing:
+        if plan.timing is not self._timing and plan.timing != self._timing:
             raise ValueError(f"DMA batch plan was made for an engine with (channels, "
                              f"latency, bandwidth, burst) {plan.timing}, this one has "
                              f"{self._timing}; make the plan again")

@@ -83,6 +83,8 @@ class Program:
         self._updated = tuple((p.index, p.buffer)
                               for p in spec.inputs_placed(Placement.MAPPED_UPDATE))
         self._kernel_wall_ns = 0
+        #: no input write-backs and no mapped updates: the download is the outputs alone
+        self._plain_download = not spec.writebacks and not self._updated
         self._host_steps = any(not isinstance(step, LaunchStep) for step in spec.steps)
         self._launches_per_call = sum(step.on_device for step in spec.steps)
         #: position of the first input write-back among the outputs (they come last)
@@ -413,6 +415,12 @@ class Program:
         in host memory (``args``: the call's host arrays) ride in the same submit as
         mapped writes: nothing to copy. ``data_ptrs``: as for :meth:`run` (0 where the
         caller did not know an address)."""
+        if self._plain_download:  # outputs only, all the caller's: one fixed batch
+            dsts = [host_outputs[k] for k in bound.output_positions]
+            if all(host is not None and host.size for host in dsts):
+                self._copy_planned(bound, "d2h", "d2h", bound.output_srcs, dsts,
+                                   bound.output_labels, None, None, done)
+                return
         srcs, dsts, labels, staged = [], [], [], []
         writebacks, first = self.spec.writebacks, self._first_writeback
         for k, src, label in bound.output_copies:

@@ -88,6 +88,13 @@ class BoundWorkspace:
     #: the kernels they ran (see :func:`simaccel.runtime.calls.call_plan`)
     call_plans: dict[tuple, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        #: ``output_copies`` as columns: output positions, device views, labels (the
+        #: download of a call whose outputs are all present moves exactly these)
+        self.output_positions = [k for k, _, _ in self.output_copies]
+        self.output_srcs = [src for _, src, _ in self.output_copies]
+        self.output_labels = [label for _, _, label in self.output_copies]
+
     def dsts_shaped_like(self, srcs: list[np.ndarray]) -> list[np.ndarray | None]:
         """``input_dsts`` viewed in the shapes of this call's host arrays (made at the first
         call and kept): a copy between equal shapes is numpy's cheapest (a flat destination

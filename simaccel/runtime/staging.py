@@ -41,5 +41,13 @@ def staging_flags(plans: Sequence[InputPlan], srcs: Sequence[np.ndarray],
     for plan, host, updates in zip(plans, srcs, updated):
         if not host.size:
             return None
-        staged.append(not updates and not is_aligned(plan, host, data_ptrs, alignment))
+        if updates:
+            staged.append(False)
+            continue
+        # is_aligned inlined for the common case (this runs per input per call)
+        ptr = data_ptrs[plan.index] if data_ptrs is not None else 0
+        aligned = (ptr or data_ptr(plan.index, host, None)) % alignment == 0
+        if plan.aligned is not None and plan.aligned != aligned:
+            is_aligned(plan, host, data_ptrs, alignment)  # raises, naming the input
+        staged.append(not aligned)
     return tuple(staged)
