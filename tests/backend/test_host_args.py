@@ -60,6 +60,22 @@ def test_a_static_address_input_keeps_its_view_while_it_is_the_same_memory() -> 
     assert view.shape == (2, 3) and view[0, 0] == 7.0 and ptr == p.data_ptr()
 
 
+def test_a_static_shape_graph_finds_a_kept_view_by_tensor_and_address() -> None:
+    """With ``dynamic=False`` Dynamo's tensor guards checked sizes and strides before the
+    call: the kept view is found by tensor and address alone; memory that moved (``set_``,
+    another tensor) still gets a view of its own."""
+    from simaccel.compiled import StaticViews
+    kept = StaticViews({0}, dynamic=False)
+    p = torch.nn.Parameter(torch.arange(6, dtype=torch.float32))
+    first, ptr = kept.host_array(0, p)
+    assert kept.host_array(0, p) == (first, ptr)
+    with torch.no_grad():
+        p.set_(torch.full((6,), 7.0))
+    moved, new_ptr = kept.host_array(0, p)
+    assert moved is not first and new_ptr == p.data_ptr() != ptr and moved[0] == 7.0
+    assert kept.host_array(0, torch.zeros(6))[0] is not moved
+
+
 def test_an_optimizer_step_reads_its_state_through_kept_views_and_equals_eager() -> None:
     import simaccel
     torch.manual_seed(0)
