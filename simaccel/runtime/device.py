@@ -21,6 +21,23 @@ RUNTIME_KEYS = ("kernel_launches", "host_fallback_ops", "graphs_compiled", "kern
                 "resident_bytes", "kernel_wall_ns", "size_readbacks")
 
 
+class CallCounts:
+    """One program's call counters: its calls, their kernel launches and the host wall
+    time those kernels took (ns). The program adds to them under its own lock (its calls
+    are serialised anyway), so a call counts without taking the device's lock; the device
+    adds every program's counts up when its stats are read, and keeps a program's counts
+    when the program is gone (:meth:`Device.retire_call_counts`)."""
+
+    __slots__ = ("calls", "kernel_launches", "kernel_wall_ns")
+
+    def __init__(self) -> None:
+        self.calls = self.kernel_launches = self.kernel_wall_ns = 0
+
+    def items(self) -> tuple[tuple[str, int], ...]:
+        return (("calls", self.calls), ("kernel_launches", self.kernel_launches),
+                ("kernel_wall_ns", self.kernel_wall_ns))
+
+
 class Device:
     """A simulated accelerator. Thread safe."""
 
@@ -28,6 +45,8 @@ class Device:
         self._lock = threading.RLock()
         self._counters: Counter[str] = Counter()
         self._programs: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: the call counters of the programs alive (see CallCounts)
+        self._call_counts: list[CallCounts] = []
         self.generation = 0
         #: this process's rank in a torch.distributed job (None outside one); set by
         #: :mod:`simaccel.distributed` when a DDP job uses the device
@@ -88,14 +107,20 @@ class Device:
 
     # ------------------------------------------------------------------ counters
 
-    def count_call(self, launches: int, kernel_wall_ns: int = 0) -> None:
-        """Count one program call, its kernel launches and the host wall time its kernels
-        took (ns; what the kernels cost on this machine, DMA excluded)."""
+    def call_counts(self) -> CallCounts:
+        """New call counters for a program (:class:`CallCounts`), added up in
+        :meth:`runtime_stats` while the program lives."""
+        counts = CallCounts()
         with self._lock:
-            self._counters["calls"] += 1
-            if launches:
-                self._counters["kernel_launches"] += launches
-                self._counters["kernel_wall_ns"] += kernel_wall_ns
+            self._call_counts.append(counts)
+        return counts
+
+    def retire_call_counts(self, counts: CallCounts) -> None:
+        """A program is gone: keep its counts in the device's own counters."""
+        with self._lock:
+            self._call_counts.remove(counts)
+            for key, value in counts.items():
+                self._counters[key] += value
 
     def count(self, key: str, n: int = 1) -> None:
         with self._lock:
@@ -108,6 +133,9 @@ class Device:
         with self._lock:
             stats = {k: 0 for k in RUNTIME_KEYS}
             stats.update({k: v for k, v in self._counters.items() if not k.startswith("dma_prev.")})
+            for counts in self._call_counts:
+                for key, value in counts.items():
+                    stats[key] += value
             if self.rank is not None:
                 stats["rank"] = self.rank
             return stats
@@ -134,6 +162,8 @@ class Device:
         """Zero the runtime and DMA counters and the memory peaks."""
         with self._lock:
             self._counters.clear()
+            for counts in self._call_counts:
+                counts.calls = counts.kernel_launches = counts.kernel_wall_ns = 0
             self.dma.reset_stats()
             self.allocator.reset_peak_stats()
             if hasattr(self.allocator, "reset_accumulated_stats"):

@@ -93,6 +93,9 @@ class Program:
         self._slots = [tuple(self._symbol_names.index(name) for name in step.size_slots)
                        if isinstance(step, LaunchStep) else () for step in spec.steps]
         self._finalizer = weakref.finalize(self, self._state.free)
+        #: this program's calls, launches and kernel wall time, added up by the device
+        self._counts = device.call_counts()
+        weakref.finalize(self, device.retire_call_counts, self._counts)
         device.register_program(self)
 
     @property
@@ -202,7 +205,10 @@ class Program:
             if after_keys:
                 for plan in self._resident_written:
                     self._state.keys[plan.buffer] = after_keys.get(plan.index)
-        device.count_call(self._launches_per_call, self._kernel_wall_ns)
+            counts = self._counts  # under the program's lock: no device lock per call
+            counts.calls += 1
+            counts.kernel_launches += self._launches_per_call
+            counts.kernel_wall_ns += self._kernel_wall_ns
 
     def _workspace(self, nbytes: int) -> Block:
         """The program's workspace block (planned offsets of every per-call buffer), at

@@ -104,3 +104,30 @@ def test_a_bad_output_array_records_the_call_and_stops_at_the_download():
     stats = program.device.dma.stats()
     assert (stats["h2d.transfers"], stats["compute_items"], stats["d2h.bytes"]) == (1, 2, 0)
     np.testing.assert_array_equal(run(program, x), x * 3.0 + 1.0)
+
+
+def test_call_counts_add_up_over_live_and_collected_programs_and_reset():
+    """A program counts its calls without the device's lock; the device adds every
+    program's counts up, keeps those of a program that was collected, and zeroes them."""
+    import gc
+
+    program = make_program()
+    device = program.device
+    x = np.ones(N, np.float32)
+    for _ in range(3):
+        run(program, x)
+    stats = device.runtime_stats()
+    assert (stats["calls"], stats["kernel_launches"]) == (3, 6) and stats["kernel_wall_ns"] > 0
+    other = Program(device, program.spec)
+    run(other, x)
+    del program
+    gc.collect()
+    stats = device.runtime_stats()
+    assert (stats["calls"], stats["kernel_launches"]) == (4, 8)
+    with pytest.raises(ValueError, match="on purpose"):
+        run(other, np.full(N, 41.0, np.float32))  # a failed call is not counted
+    assert device.runtime_stats()["calls"] == 4
+    device.reset_stats()
+    assert (device.runtime_stats()["calls"], device.runtime_stats()["kernel_launches"]) == (0, 0)
+    run(other, x)
+    assert device.runtime_stats()["calls"] == 1
