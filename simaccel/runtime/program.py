@@ -343,10 +343,9 @@ class Program:
         descriptor); ``done`` gets their plans."""
         if self._streamed:
             srcs = [args[p.index] for p in self._streamed]
-            staged = staging_flags(self._streamed, srcs, self._updates_flags, data_ptrs,
-                                   self.spec.alignment)
-            if staged is None:  # empty inputs: nothing to address
-                staged = (False,) * len(srcs)
+            staged, empty = staging_flags(self._streamed, srcs, self._updates_flags,
+                                          data_ptrs, self.spec.alignment)
+            if empty:  # an empty input has nothing to address
                 dsts = [d if h.size or d is None else d[:0]
                         for d, h in zip(bound.input_dsts, srcs)]
             else:

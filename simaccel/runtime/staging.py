@@ -32,16 +32,16 @@ def is_aligned(plan: InputPlan, host: np.ndarray, data_ptrs: Sequence[int] | Non
 
 def staging_flags(plans: Sequence[InputPlan], srcs: Sequence[np.ndarray],
                   updated: Sequence[bool], data_ptrs: Sequence[int] | None,
-                  alignment: int) -> tuple[bool, ...] | None:
+                  alignment: int) -> tuple[tuple[bool, ...], bool]:
     """Per streamed input (``plans``, their host arrays ``srcs``): True if it is staged
-    (:func:`is_aligned` says no); an input its kernel updates in host memory
-    (``updated``) takes no descriptor, so nothing to align. None if some input is empty
-    (the caller shrinks its destinations first)."""
+    (:func:`is_aligned` says no); an empty input moves nothing and an input its kernel
+    updates in host memory (``updated``) takes no descriptor, so neither is. Also returns
+    whether some input is empty (the caller shrinks its destinations)."""
     staged = []
+    empty = False
     for plan, host, updates in zip(plans, srcs, updated):
-        if not host.size:
-            return None
-        if updates:
+        if updates or not host.size:
+            empty = empty or not host.size
             staged.append(False)
             continue
         # is_aligned inlined for the common case (this runs per input per call)
@@ -50,4 +50,4 @@ def staging_flags(plans: Sequence[InputPlan], srcs: Sequence[np.ndarray],
         if plan.aligned is not None and plan.aligned != aligned:
             is_aligned(plan, host, data_ptrs, alignment)  # raises, naming the input
         staged.append(not aligned)
-    return tuple(staged)
+    return tuple(staged), empty

@@ -131,3 +131,17 @@ def test_call_counts_add_up_over_live_and_collected_programs_and_reset():
     assert (device.runtime_stats()["calls"], device.runtime_stats()["kernel_launches"]) == (0, 0)
     run(other, x)
     assert device.runtime_stats()["calls"] == 1
+
+
+def test_staging_flags_stage_a_misaligned_input_beside_an_empty_one():
+    from simaccel.runtime.staging import staging_flags
+    plans = [InputPlan(0, "a", Placement.COPIED, "float32", None, True),
+             InputPlan(1, "b", Placement.COPIED, "float32", None, True),
+             InputPlan(2, "c", Placement.COPIED, "float32", None, True)]
+    base = np.zeros(64, np.float32)
+    misaligned = base[1:9]  # 4 bytes past a 64-byte boundary at most
+    if misaligned.__array_interface__["data"][0] % 64 == 0:
+        misaligned = base[2:10]
+    hosts = [np.zeros(0, np.float32), misaligned, misaligned]
+    flags, empty = staging_flags(plans, hosts, [False, False, True], None, 64)
+    assert flags == (False, True, False) and empty  # the updated one takes no descriptor
