@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from simaccel.dma.plan import BatchPlan, ChannelDeal
+from simaccel.dma.plan import BatchPlan, ChannelDeal, check_timing
 
 
 @dataclass(frozen=True)
@@ -103,10 +103,7 @@ def make_call(uploads: tuple[BatchPlan, ...], kernels: tuple[str, ...],
         raise ValueError(f"kernel durations must be >= 0 ns, got {durations}")
     batches = uploads if download is None else (*uploads, download)
     for plan in batches:
-        if plan.timing != timing:
-            raise ValueError(f"DMA batch plan was made for an engine with (channels, "
-                             f"latency, bandwidth, burst) {plan.timing}, this one has "
-                             f"{timing}; make the plan again")
+        check_timing("DMA batch plan", plan.timing, timing)
     total = 0.0
     for duration in durations:  # summed in launch order, as the kernels are placed
         total += duration

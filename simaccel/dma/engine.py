@@ -39,7 +39,8 @@ from simaccel.dma.call import CallPlan, make_call
 from simaccel.dma.clock import SimClock
 from simaccel.dma.copy import check_mappable, copy_each, copy_plain
 from simaccel.dma.descriptor import KINDS, Descriptor
-from simaccel.dma.plan import BatchPlan, PlannedPairError, make_plan, move_planned
+from simaccel.dma.plan import (BatchPlan, PlannedPairError, check_timing, make_plan,
+                               move_planned)
 from simaccel.dma.spans import span_names, span_names_of, trace_args
 from simaccel.dma.stats import STAT_KEYS, count_batch, zero_stats
 from simaccel.dma.trace import PLANNED, DEFAULT_MAX_EVENTS, TraceEvent, TraceRecorder
@@ -250,10 +251,8 @@ class DmaEngine:
         them all at once (:meth:`record_call`). Raises
         :class:`~simaccel.dma.plan.PlannedPairError` (how many pairs moved, and why) at a
         bad pair; :meth:`place_moved` places those."""
-        if plan.timing is not self._timing and plan.timing != self._timing:
-            raise ValueError(f"DMA batch plan was made for an engine with (channels, "
-                             f"latency, bandwidth, burst) {plan.timing}, this one has "
-                             f"{self._timing}; make the plan again")
+        if plan.timing is not self._timing:
+            check_timing("DMA batch plan", plan.timing, self._timing)
         if len(srcs) != len(plan.nbytes) or len(dsts) != len(plan.nbytes):
             raise ValueError(f"DMA batch plan has {len(plan.nbytes)} pairs, got "
                              f"{len(srcs)} sources and {len(dsts)} destinations")
@@ -283,10 +282,8 @@ class DmaEngine:
         kernels wait for) are done, the download after the last kernel. One ring entry
         and one count per call (:mod:`simaccel.dma.call`). Returns the end of its last
         item (ns)."""
-        if call.timing is not self._timing and call.timing != self._timing:
-            raise ValueError(f"call plan was made for an engine with (channels, latency, "
-                             f"bandwidth, burst) {call.timing}, this one has "
-                             f"{self._timing}; make the plan again")
+        if call.timing is not self._timing:
+            check_timing("call plan", call.timing, self._timing)
         with self._lock:
             first = self._next_channel
             layout = call._layouts.get(first) or call.layout(first)

@@ -172,6 +172,15 @@ def move_planned(plan: BatchPlan, srcs: Sequence[np.ndarray],
         raise PlannedPairError(done, exc) from None
 
 
+def check_timing(what: str, made_for: tuple, timing: tuple) -> None:
+    """Refuse ``what`` (a batch or call plan) made for an engine of another ``timing``
+    (channels, latency_ns, bandwidth_gbps, burst_bytes). Callers on the per-call path test
+    ``made_for is not timing`` first: a plan made by the same engine shares its tuple."""
+    if made_for != timing:
+        raise ValueError(f"{what} was made for an engine with (channels, latency, bandwidth, "
+                         f"burst) {made_for}, this one has {timing}; make the plan again")
+
+
 def _unplanned(what: str, label: str, nbytes: int, planned: int) -> None:
     raise ValueError(f"{what} {label!r}: {nbytes} bytes, but the batch was planned for "
                      f"{planned}; make the plan again for these arrays")

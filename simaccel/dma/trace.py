@@ -71,21 +71,21 @@ def call_spans(entry: CallEntry) -> list[RawEvent]:
     track places them one by one), then the download's copies."""
     _, (batches, uploads, kernels, durations, compute_tid), starts, compute_start = entry
     raws: list[RawEvent] = []
-    at = 0
+    shares = iter(starts)
     for index, (cat, names, tids, offsets, spans_ns, args, active) in enumerate(batches):
-        if index == uploads:
+        if index == uploads:  # the download follows the kernels
             raws += _kernel_spans(kernels, durations, compute_tid, compute_start)
-        channel_starts = dict(zip(active, starts[at:at + len(active)]))
-        at += len(active)
+        channel_starts = {tid: next(shares) for tid in active}
         raws += [(name, cat, tid, channel_starts[tid] + offset, duration, arg)
                  for name, tid, offset, duration, arg
                  in zip(names, tids, offsets, spans_ns, args)]
-    if uploads == len(batches):
+    if uploads == len(batches):  # no download
         raws += _kernel_spans(kernels, durations, compute_tid, compute_start)
     return raws
 
 
 def _kernel_spans(kernels: tuple, durations: tuple, tid: int, start: float) -> list[RawEvent]:
+    """Kernels back to back from ``start`` (ns), each ending where the next starts."""
     raws: list[RawEvent] = []
     for name, duration in zip(kernels, durations):
         end = start + duration
@@ -158,11 +158,7 @@ class TraceRecorder:
     def record_call(self, entry: CallEntry) -> None:
         """Append one program call as one entry (see :data:`CallEntry`)."""
         self._events.append(entry)
-        count = entry[0]
-        self._recorded += count
-        self._held += count
-        if self._held > self.max_events:
-            self._added(0)  # drop the oldest
+        self._added(entry[0])
 
     def _added(self, count: int) -> None:
         """Count ``count`` new spans; drop the oldest entries past ``max_events`` spans

@@ -31,6 +31,9 @@ class CallCounts:
     __slots__ = ("calls", "kernel_launches", "kernel_wall_ns")
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
         self.calls = self.kernel_launches = self.kernel_wall_ns = 0
 
     def items(self) -> tuple[tuple[str, int], ...]:
@@ -163,7 +166,7 @@ class Device:
         with self._lock:
             self._counters.clear()
             for counts in self._call_counts:
-                counts.calls = counts.kernel_launches = counts.kernel_wall_ns = 0
+                counts.reset()
             self.dma.reset_stats()
             self.allocator.reset_peak_stats()
             if hasattr(self.allocator, "reset_accumulated_stats"):
