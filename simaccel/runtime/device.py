@@ -17,27 +17,30 @@ from simaccel.runtime.memory import CachingAllocator, DeviceMemory
 
 #: runtime counters that always appear in runtime_stats(), even when zero.
 RUNTIME_KEYS = ("kernel_launches", "host_fallback_ops", "graphs_compiled", "kernels_compiled",
-                "kernel_cache_hits", "kernel_memory_hits", "calls", "resident_uploads",
+                "kernel_cache_hits", "kernel_memory_hits", "calls", "replayed_calls",
+                "resident_uploads",
                 "resident_bytes", "kernel_wall_ns", "size_readbacks")
 
 
 class CallCounts:
-    """One program's call counters: its calls, their kernel launches and the host wall
-    time those kernels took (ns). The program adds to them under its own lock (its calls
+    """One program's call counters: its calls, how many of them were replayed
+    (:mod:`simaccel.runtime.replay`), their kernel launches and the host wall time those
+    kernels took (ns). The program adds to them under its own lock (its calls
     are serialised anyway), so a call counts without taking the device's lock; the device
     adds every program's counts up when its stats are read, and keeps a program's counts
     when the program is gone (:meth:`Device.retire_call_counts`)."""
 
-    __slots__ = ("calls", "kernel_launches", "kernel_wall_ns")
+    __slots__ = ("calls", "replayed_calls", "kernel_launches", "kernel_wall_ns")
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
-        self.calls = self.kernel_launches = self.kernel_wall_ns = 0
+        self.calls = self.replayed_calls = self.kernel_launches = self.kernel_wall_ns = 0
 
     def items(self) -> tuple[tuple[str, int], ...]:
-        return (("calls", self.calls), ("kernel_launches", self.kernel_launches),
+        return (("calls", self.calls), ("replayed_calls", self.replayed_calls),
+                ("kernel_launches", self.kernel_launches),
                 ("kernel_wall_ns", self.kernel_wall_ns))
 
 
@@ -132,7 +135,8 @@ class Device:
     def runtime_stats(self) -> dict[str, int]:
         """Counters: ``kernel_launches``, ``host_fallback_ops``, ``graphs_compiled``,
         ``kernels_compiled`` (numba compiled), ``kernel_cache_hits`` (loaded from the
-        on-disk cache), ``kernel_memory_hits`` (reused in this process), ``calls``..."""
+        on-disk cache), ``kernel_memory_hits`` (reused in this process), ``calls``,
+        ``replayed_calls`` (those that replayed their binding's recorded call)..."""
         with self._lock:
             stats = {k: 0 for k in RUNTIME_KEYS}
             stats.update({k: v for k, v in self._counters.items() if not k.startswith("dma_prev.")})

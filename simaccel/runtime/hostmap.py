@@ -166,3 +166,10 @@ def data_ptr(index: int, host: np.ndarray, data_ptrs: Sequence[int] | None) -> i
     it (cheap for torch tensors; 0 where it did not know one), else numpy's."""
     known = data_ptrs[index] if data_ptrs is not None else 0
     return known or host.__array_interface__["data"][0]
+
+
+def unbound_mapped_launch() -> None:
+    """The launch slot of a kernel reading a host-mapped input until :func:`bind_mapped`
+    binds it to a call's host arrays."""
+    raise SimAccelError("a kernel reading a host-mapped input was launched before it was "
+                        "bound to the host arrays (please report this)")

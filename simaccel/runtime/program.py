@@ -23,19 +23,21 @@ import numpy as np
 
 from simaccel.dma import Descriptor
 from simaccel.dma.plan import PlannedPairError
-from simaccel.errors import SimAccelError
 from simaccel.runtime.calls import CallProgress, call_plan, launch_kernels, run_stepwise
 from simaccel.runtime.constbank import ConstantBank
 from simaccel.runtime.device import Device
 from simaccel.runtime import tiers
 from simaccel.runtime.group import bind_launch
-from simaccel.runtime.hostmap import MAPPED, bind_mapped, data_ptr as _data_ptr, mapped_steps
+from simaccel.runtime.hostmap import (MAPPED, bind_mapped, data_ptr as _data_ptr, mapped_steps,
+                                      unbound_mapped_launch)
 from simaccel.runtime.memory import Block
 from simaccel.runtime.layout import MAX_LAYOUTS, Layouts, SizedLayout, output_view
+from simaccel.runtime.replay import record as record_replay
 from simaccel.runtime.resident import BoundWorkspace, ResidentState
 from simaccel.runtime.spec import (SIZE_BANK, BufferDecl, HostStep, InputPlan, LaunchStep,
                                    OutputDecl, Placement, ProgramSpec, Step)
-from simaccel.runtime.staging import is_aligned, staging_flags
+from simaccel.runtime.staging import (align_up, check_program_alignment, is_aligned,
+                                      staging_flags)
 
 __all__ = ["BufferDecl", "HostStep", "InputPlan", "LaunchStep", "OutputDecl", "Placement",
            "Program", "ProgramSpec"]
@@ -50,7 +52,7 @@ class Program:
     def __init__(self, device: Device, spec: ProgramSpec):
         self.device = device
         self.spec = spec
-        _check_alignment(spec, device)
+        check_program_alignment(spec, device)
         self._layouts = Layouts(spec)
         #: the memory plan at the traced sizes
         self.plan = self._layouts.first.plan
@@ -145,7 +147,7 @@ class Program:
     def _ensure_resident(self) -> None:
         """Upload constants and create the constant bank (again after a reconfigure)."""
         device = self.device
-        _check_alignment(self.spec, device)
+        check_program_alignment(self.spec, device)
         self._state.free()
         self._bound.clear()
         state = self._state
@@ -161,7 +163,7 @@ class Program:
             view = device.memory.view(offset, np.dtype(decl.dtype), decl.numel)
             state.views[name] = view
             descs.append(Descriptor(np.ascontiguousarray(host).reshape(-1), view, "h2d", name))
-            offset = _align(offset + decl.nbytes, device.config.alignment)
+            offset = align_up(offset + decl.nbytes, device.config.alignment)
         state.bank = device.memory.view(offset, np.dtype(np.uint8), self._bank.nbytes)
         state.size_bank = self._bank.size_view(state.bank)
         self._bank.valid = False
@@ -197,7 +199,16 @@ class Program:
                 self._tier_epoch = tiers.current()
             try:
                 bound = self._bind_workspace(self._workspace(layout.plan.total_bytes), layout)
-                self._execute(bound, args, host_outputs, data_ptrs, layout.sizes, ready)
+                replay = bound.replay
+                replayed = bool(replay) and replay.accepts(args, host_outputs, data_ptrs)
+                if replayed:
+                    self._kernel_wall_ns = replay.run(args, host_outputs, data_ptrs,
+                                                      layout.sizes, ready)
+                else:
+                    done = self._execute(bound, args, host_outputs, data_ptrs, layout.sizes,
+                                         ready)
+                    if replay is None:  # no record yet: this call may be the one
+                        bound.replay = record_replay(bound, done, self, args, host_outputs)
             except BaseException:
                 for plan in self._resident_written:
                     self._state.keys.pop(plan.buffer, None)
@@ -207,6 +218,7 @@ class Program:
                     self._state.keys[plan.buffer] = after_keys.get(plan.index)
             counts = self._counts  # under the program's lock: no device lock per call
             counts.calls += 1
+            counts.replayed_calls += replayed
             counts.kernel_launches += self._launches_per_call
             counts.kernel_wall_ns += self._kernel_wall_ns
 
@@ -281,7 +293,7 @@ class Program:
             views[name] = memory.view(block.offset + off, np.dtype(decl.dtype), numel[name])
             addresses[name] = base + off
         mapped = {k for k, _ in self._mapped_steps}
-        launches = [_unbound if k in mapped else
+        launches = [unbound_mapped_launch if k in mapped else
                     bind_launch(step.fn, self._launch_args(k, [views[b] for b in step.buffers],
                                                      layout),
                           [addresses.get(b) for b in step.buffers])
@@ -307,11 +319,13 @@ class Program:
         return [*arrays, *layout.params[k], *self._slots[k]]
 
     def _execute(self, bound: BoundWorkspace, args: list[Any], host_outputs: list[Any],
-                 data_ptrs: list[int] | None, sizes: tuple[int, ...], ready_ns: float) -> None:
+                 data_ptrs: list[int] | None, sizes: tuple[int, ...], ready_ns: float
+                 ) -> CallProgress:
         """Move the call's inputs, run its steps, move its outputs, then put the call on
         the device timeline as one record (:mod:`simaccel.runtime.calls`); kernels start
         no earlier than ``ready_ns`` (the resident uploads). A program with host steps
-        records its uploads, runs its steps one by one, then records its download."""
+        records its uploads, runs its steps one by one, then records its download.
+        Returns what the call did (the plans a replay of it places)."""
         dma, done = self.device.dma, CallProgress()
         try:
             self._upload(bound, args, data_ptrs, sizes, done)
@@ -335,6 +349,7 @@ class Program:
             dma.place_moved(done.moving, exc.done, end if done.moving.kind == "d2h" else 0.0)
             raise exc.cause from None
         dma.record_call(call_plan(dma, bound, self.spec.steps, done), ready_ns=ready_ns)
+        return done
 
     def _upload(self, bound: BoundWorkspace, args: list[Any], data_ptrs: list[int] | None,
                 sizes: tuple[int, ...], done: CallProgress) -> None:
@@ -474,21 +489,3 @@ class Program:
         else:
             done.uploads.append(plan)
 
-
-def _check_alignment(spec: ProgramSpec, device: Device) -> None:
-    """A program's memory plan and DMA facts are made for one alignment (the frame's
-    ``simaccel.device_config`` guard recompiles when it changes)."""
-    if spec.alignment != device.config.alignment:
-        raise SimAccelError(
-            f"{spec.name} was planned for a device alignment of {spec.alignment} bytes, but "
-            f"the device now uses {device.config.alignment}; call the compiled function "
-            f"again so its device-config guard recompiles it, or restore the config")
-
-
-def _unbound() -> None:
-    raise SimAccelError("a kernel reading a host-mapped input was launched before it was "
-                        "bound to the host arrays (please report this)")
-
-
-def _align(value: int, alignment: int) -> int:
-    return (value + alignment - 1) // alignment * alignment

@@ -87,6 +87,9 @@ class BoundWorkspace:
     #: the DMA call plans of this binding's calls, by the ids of their batch plans and
     #: the kernels they ran (see :func:`simaccel.runtime.calls.call_plan`)
     call_plans: dict[tuple, Any] = field(default_factory=dict)
+    #: the binding's recorded call (:mod:`simaccel.runtime.replay`): None until its first
+    #: call, False when that call is not one a replay repeats
+    replay: Any = None
 
     def __post_init__(self) -> None:
         #: ``output_copies`` as columns: output positions, device views, labels (the

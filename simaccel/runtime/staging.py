@@ -5,6 +5,7 @@ misaligned memory."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -51,3 +52,18 @@ def staging_flags(plans: Sequence[InputPlan], srcs: Sequence[np.ndarray],
             is_aligned(plan, host, data_ptrs, alignment)  # raises, naming the input
         staged.append(not aligned)
     return tuple(staged), empty
+
+
+def check_program_alignment(spec: Any, device: Any) -> None:
+    """A program's memory plan and DMA facts are made for one alignment (the frame's
+    ``simaccel.device_config`` guard recompiles when it changes)."""
+    if spec.alignment != device.config.alignment:
+        raise SimAccelError(
+            f"{spec.name} was planned for a device alignment of {spec.alignment} bytes, but "
+            f"the device now uses {device.config.alignment}; call the compiled function "
+            f"again so its device-config guard recompiles it, or restore the config")
+
+
+def align_up(value: int, alignment: int) -> int:
+    """``value`` rounded up to a multiple of ``alignment``."""
+    return (value + alignment - 1) // alignment * alignment

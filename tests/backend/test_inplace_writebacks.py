@@ -13,6 +13,7 @@ import torch
 
 import simaccel
 from simaccel.runtime import program as program_module
+from simaccel.runtime.replay import Replay
 
 TOL = {"rtol": 1e-5, "atol": 1e-6}
 
@@ -143,14 +144,17 @@ def test_a_failed_call_forgets_the_device_copies_it_wrote(monkeypatch):
     step = torch.compile(opt.step, backend="simaccel")
     step()
     ref_opt.step()
-    real = program_module.Program._download
+    real = program_module.Program._download, Replay._download
 
     def broken(self, *args, **kwargs):
         raise RuntimeError("read-back failed")
+    # the general call's read-back and a replayed call's (simaccel.runtime.replay)
     monkeypatch.setattr(program_module.Program, "_download", broken)
+    monkeypatch.setattr(Replay, "_download", broken)
     with pytest.raises(RuntimeError, match="read-back failed"):
         step()  # the device copies hold a value the parameters never got
-    monkeypatch.setattr(program_module.Program, "_download", real)
+    monkeypatch.setattr(program_module.Program, "_download", real[0])
+    monkeypatch.setattr(Replay, "_download", real[1])
     device = simaccel.get_device()
     device.reset_stats()
     step()

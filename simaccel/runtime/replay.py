@@ -1,0 +1,195 @@
+"""Replayed calls: a program's common call, recorded once per workspace binding.
+
+The general call (:meth:`~simaccel.runtime.program.Program._execute`) works out per call
+what the plans of its binding already fix: which inputs are staged, which batch plans
+and which call plan apply, where each copy goes. Once a call on a binding has gone that
+way with nothing staged and no host step, the runtime records it as a :class:`Replay`,
+as a CUDA graph records a stream's work once and launches it again: the copies to make
+(source argument, device destination), the launches, the batch and call plans. A
+replayed call moves the same bytes, runs the same kernels and lands on the timeline,
+trace and counters exactly as the general call would, because it places the very plans
+the general call made (``tests/runtime/test_replay.py`` checks both ways give equal
+results, timelines and counters).
+
+A replay applies to a call whose arrays match the recorded ones (shape and dtype of every
+copied input and output, every copy's address aligned for a direct descriptor); it checks
+that before anything moves and otherwise leaves the call to the general path, which
+stages, reshapes or raises as it always does. That check is the whole per-call cost of
+deciding, which is why a replay is ~2x cheaper than the general call on a small graph.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from simaccel.runtime.calls import CallProgress, call_plan
+from simaccel.runtime.hostmap import data_ptr
+from simaccel.runtime.resident import BoundWorkspace
+from simaccel.runtime.spec import Placement
+
+
+class Replay:
+    """One binding's recorded call (see the module doc); built by :func:`record`."""
+
+    __slots__ = ("bound", "inputs", "outputs", "mapped_reads", "streamed", "bind_mapped", "bank", "bank_dst",
+                 "calls", "steps", "alignment", "dma", "compute_lock")
+
+    def __init__(self, bound: BoundWorkspace, program: Any, inputs: list[tuple],
+                 outputs: list[tuple], calls: dict[bool, Any]):
+        self.bound = bound
+        #: (argument index, device destination, shape, dtype) of each copied input
+        self.inputs = inputs
+        #: (output position, device source, shape, dtype, argument index of an input
+        #: write-back or None) of each output copy
+        self.outputs = outputs
+        #: argument indices of the streamed inputs, when a kernel reads one in host
+        #: memory (its launch is bound to this call's arrays), else None
+        #: argument indices of the inputs a kernel reads in host memory: pinned aligned
+        #: (a misaligned one goes the general way, which names it)
+        self.mapped_reads = [p.index for p in program._streamed
+                             if p.placement is Placement.MAPPED]
+        has_mapped = program._mapped_flags is not None
+        self.streamed = [p.index for p in program._streamed] if has_mapped else None
+        self.bind_mapped = program._bind_mapped
+        self.bank = program._bank if program._bank.used else None
+        self.bank_dst = program._state.bank
+        #: the call plan without and with a constant-bank upload
+        self.calls = calls
+        self.steps = program.spec.steps
+        self.alignment = program.spec.alignment
+        self.dma = program.device.dma
+        self.compute_lock = program.device.compute_lock
+
+    def accepts(self, args: list[Any], host_outputs: list[Any],
+                data_ptrs: list[int] | None) -> bool:
+        """Whether this call's arrays match the record: every copied input and output
+        of the recorded shape and dtype at an aligned address, every output writeable
+        (checked before anything moves; a call that does not match goes the general
+        way)."""
+        alignment = self.alignment
+        for index, _, shape, dtype in self.inputs:
+            src = args[index]
+            if type(src) is not np.ndarray or src.shape != shape or src.dtype != dtype \
+                    or data_ptr(index, src, data_ptrs) % alignment:
+                return False
+        for position, _, shape, dtype, index in self.outputs:
+            dst = host_outputs[position]
+            if type(dst) is not np.ndarray or dst.shape != shape or dst.dtype != dtype \
+                    or not dst.flags.writeable:
+                return False
+            if index is not None and data_ptr(index, dst, data_ptrs) % alignment:
+                return False  # an input write-back into a misaligned tensor: staged
+        for index in self.mapped_reads:
+            if data_ptr(index, args[index], data_ptrs) % alignment:
+                return False
+        return True
+
+    def run(self, args: list[Any], host_outputs: list[Any], data_ptrs: list[int] | None,
+            sizes: tuple[int, ...], ready_ns: float) -> int:
+        """Replay the call on ``args`` (host arrays, Python numbers; :meth:`accepts` said
+        yes) into ``host_outputs``; the kernels start no earlier than ``ready_ns``.
+        Returns the kernels' host wall time (ns). A kernel that raises stops the call:
+        what moved and ran is placed, as the general call does, and the error goes on."""
+        bound = self.bound
+        if self.streamed is not None:
+            self.bind_mapped(bound, [args[i] for i in self.streamed], data_ptrs)
+        for index, dst, _, _ in self.inputs:
+            dst[...] = args[index]  # equal shapes and dtypes (accepts): a plain copy
+        bank = self.bank
+        packed = bank is not None and bank.pack(args, sizes)
+        if packed:
+            self.bank_dst[...] = bank.host
+        launched = 0
+        try:
+            with self.compute_lock:
+                start = time.perf_counter_ns()
+                for launch in bound.launches:
+                    launch()
+                    launched += 1
+                wall = time.perf_counter_ns() - start
+            self._download(host_outputs)
+        except BaseException:
+            self._record_partial(packed, launched, ready_ns)
+            raise
+        self.dma.record_call(self.calls[packed], ready_ns=ready_ns)
+        return wall
+
+    def _download(self, host_outputs: list[Any]) -> None:
+        """Copy every output into its host array (shapes and dtypes equal: accepts)."""
+        for position, src, _, _, _ in self.outputs:
+            host_outputs[position][...] = src
+
+    def _record_partial(self, packed: bool, launched: int, ready_ns: float) -> None:
+        """Place what a call stopped by a kernel (or, past :meth:`accepts`, its download:
+        only an error outside simaccel can stop that) moved and ran."""
+        done = CallProgress()
+        done.uploads = list(self.calls[packed].uploads)
+        done.launched = launched
+        self.dma.record_call(call_plan(self.dma, self.bound, self.steps, done),
+                             ready_ns=ready_ns)
+
+
+def record(bound: BoundWorkspace, done: CallProgress, program: Any, args: list[Any],
+           host_outputs: list[Any]) -> Replay | bool | None:
+    """The replay of the general call that just succeeded on ``bound`` (``done``: what
+    it moved and ran; ``args`` and ``host_outputs``: that call's); False when no call of
+    the program can be replayed (it has host steps); None when this call is not one a
+    replay repeats (a staged copy, an empty input or output, an output left out): a
+    later call on the binding may be."""
+    if program._host_steps:
+        return False
+    if any(True in plan.staged for plan in done.uploads) \
+            or done.download is not None and True in done.download.staged:
+        return None
+    inputs = _recorded_inputs(bound, program, args)
+    outputs = _recorded_outputs(bound, program, host_outputs)
+    if inputs is None or outputs is None or (outputs and done.download is None):
+        return None
+    plans = bound.batch_plans
+    streamed = program._streamed
+    uploads = [plans.get((False,) * len(streamed))] if streamed else []
+    calls = {}
+    for packed, keys in ((False, uploads), (True, [*uploads, plans.get("const")])):
+        if None not in keys:
+            progress = CallProgress()
+            progress.uploads, progress.download = keys, done.download
+            progress.launched = len(bound.launches)
+            calls[packed] = call_plan(program.device.dma, bound, program.spec.steps, progress)
+    if False not in calls or program._bank.used and True not in calls:
+        return None
+    return Replay(bound, program, inputs, outputs, calls)
+
+
+def _recorded_inputs(bound: BoundWorkspace, program: Any, args: list[Any]
+                     ) -> list[tuple] | None:
+    """:attr:`Replay.inputs` from the recorded call's ``args`` (None if one is empty or
+    not an array: the general path handles those)."""
+    dsts = bound.shaped_dsts
+    inputs = []
+    for k, plan in enumerate(program._streamed):
+        if plan.placement is not Placement.COPIED:
+            continue
+        src = args[plan.index]
+        if not isinstance(src, np.ndarray) or not src.size or dsts is None \
+                or dsts[k] is None or dsts[k].shape != src.shape:
+            return None
+        inputs.append((plan.index, dsts[k], src.shape, src.dtype))
+    return inputs
+
+
+def _recorded_outputs(bound: BoundWorkspace, program: Any, host_outputs: list[Any]
+                      ) -> list[tuple] | None:
+    """:attr:`Replay.outputs` from the recorded call's ``host_outputs`` (None unless
+    every output copy had a non-empty host array of its device view's shape)."""
+    writebacks, first = program.spec.writebacks, program._first_writeback
+    outputs = []
+    for k, src, _ in bound.output_copies:
+        host = host_outputs[k]
+        if not isinstance(host, np.ndarray) or not host.size or host.shape != src.shape \
+                or host.dtype != src.dtype:
+            return None
+        outputs.append((k, src, host.shape, host.dtype,
+                        writebacks[k - first] if k >= first else None))
+    return outputs
