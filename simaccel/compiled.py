@@ -60,6 +60,8 @@ class CompiledGraph:
         #: (tensor, data address, view) by index
         self._static_scalars = static_inputs & self.bank_inputs
         self._kept_writebacks: dict[int, tuple] = {}
+        #: the per-call host array conversion for this graph's argument positions
+        self._host_arrays: HostArrays | None = None
         #: written-back inputs whose version this graph increments after the call, as an
         #: in-place op does in eager (AOTAutograd increments the others, before the call;
         #: ``version_bumped``), so every resident copy elsewhere sees the change
@@ -70,7 +72,11 @@ class CompiledGraph:
         self._resident_written = program.resident_written
 
     def __call__(self, args: list[Any]) -> list[Any]:
-        host_args, data_ptrs = _host_arrays(args, self.bank_inputs, self._static)
+        host_arrays = self._host_arrays
+        if host_arrays is None or host_arrays.count != len(args):
+            host_arrays = self._host_arrays = HostArrays(len(args), self.bank_inputs,
+                                                         self._static)
+        host_args, data_ptrs = host_arrays(args)
         keys = {i: self._content_key(i, args[i]) for i in self.resident} \
             if self.resident else None
         layout = self.program.layout_for(host_args)
@@ -164,6 +170,24 @@ class StaticViews:
         self._kept[index] = [t, ptr, t.shape, t.stride(), view, next(_VIEW_TOKENS), None]
         return view, ptr
 
+    def host_arrays(self, indices: list[int], args: list[Any], host: list[Any],
+                    ptrs: list[int]) -> None:
+        """:meth:`host_array` of ``args[i]`` into ``host[i]`` and ``ptrs[i]`` for each of
+        ``indices`` (a kept view found inline: this runs for every static input of every
+        call)."""
+        kept_views = self._kept
+        dynamic = self._dynamic
+        for i in indices:
+            t = args[i]
+            kept = kept_views.get(i)
+            if kept is not None and kept[0] is t:
+                ptr = t.data_ptr()
+                if kept[1] == ptr and (not dynamic or (kept[2] == t.shape
+                                                       and kept[3] == t.stride())):
+                    host[i], ptrs[i] = kept[4], ptr
+                    continue
+            host[i], ptrs[i] = self.host_array(i, t)
+
     def content_key(self, index: int, t: Any) -> tuple:
         """(token, version) of ``t``, whose view :meth:`host_array` kept this call."""
         kept = self._kept.get(index)
@@ -194,36 +218,60 @@ def _bump_version(t: Any) -> None:
 
 def _host_arrays(args: list[Any], scalar_indices: frozenset[int] = frozenset(),
                  static: StaticViews | None = None) -> tuple[list[Any], list[int]]:
-    """Host arrays of the arguments (Python values pass through) and each tensor's data
-    address (bytes; 0 for non-tensors), for the program's DMA alignment check. This runs on
-    every call, so plain CPU tensors (the common case) take a short path. A 0-d tensor at
-    one of ``scalar_indices`` (a lifted float Dynamo wraps per call) only feeds the
-    constant bank, which packs its value: it is passed as that Python number (``item()``
-    is exact for every dtype the bank holds, and ~1 us cheaper than a numpy view).
-    ``static``: the kept views of static-address inputs."""
-    host_args = []
-    data_ptrs = []
-    kept = static.indices if static is not None else ()
-    for i, a in enumerate(args):
-        kind = type(a)
-        if kind is float or kind is int or kind is bool:  # a lifted scalar Dynamo passed
-            host_args.append(a)                           # as a number: the bank packs it
-            data_ptrs.append(0)
-        elif i in kept:
-            host, ptr = static.host_array(i, a)  # type: ignore[union-attr]
-            host_args.append(host)
-            data_ptrs.append(ptr)
-        elif i in scalar_indices and type(a) is torch.Tensor and a.dim() == 0 \
-                and a.dtype in BANK_TORCH_DTYPES:
-            host_args.append(a.item())
-            data_ptrs.append(0)
-        elif type(a) is torch.Tensor and not a.requires_grad and a.dtype in PLAIN_TORCH_DTYPES:
-            host_args.append(a.numpy())
-            data_ptrs.append(a.data_ptr())
-        else:
-            host_args.append(_host_array(a))
-            data_ptrs.append(a.data_ptr() if isinstance(a, torch.Tensor) else 0)
-    return host_args, data_ptrs
+    """Host arrays of the arguments and each tensor's data address: :class:`HostArrays`
+    for these argument positions, once."""
+    return HostArrays(len(args), scalar_indices, static)(args)
+
+
+class HostArrays:
+    """Host arrays of a graph's ``count`` arguments (Python values pass through) and each
+    tensor's data address (bytes; 0 for non-tensors), for the program's DMA alignment
+    check. This runs on every call, so the positions are sorted once by what they hold:
+    the kept views of static-address inputs (``static``); the constant bank's
+    (``scalar_indices``: a 0-d tensor there, a lifted float Dynamo wraps per call, only
+    feeds the bank, which packs its value, so it is passed as that Python number:
+    ``item()`` is exact for every dtype the bank holds and ~1 us cheaper than a numpy
+    view); and the rest, plain CPU tensors in the common case (a numpy view). Anything
+    else at any position takes the general conversion."""
+
+    def __init__(self, count: int, scalar_indices: frozenset[int] = frozenset(),
+                 static: StaticViews | None = None):
+        kept = static.indices if static is not None else frozenset()
+        self.count = count
+        self._static = static
+        self._kept = [i for i in range(count) if i in kept]
+        self._bank = [i for i in range(count) if i in scalar_indices and i not in kept]
+        self._plain = [i for i in range(count) if i not in kept and i not in scalar_indices]
+
+    def __call__(self, args: list[Any]) -> tuple[list[Any], list[int]]:
+        host = list(args)  # Python numbers (lifted scalars Dynamo passed) stay as they are
+        ptrs = [0] * len(args)
+        for i in self._plain:
+            a = args[i]
+            if type(a) is torch.Tensor and not a.requires_grad and a.dtype in PLAIN_TORCH_DTYPES:
+                host[i] = a.numpy()
+                ptrs[i] = a.data_ptr()
+            elif not _is_number(a):
+                host[i], ptrs[i] = _general_host_array(a)
+        if self._kept:
+            self._static.host_arrays(self._kept, args, host, ptrs)  # type: ignore[union-attr]
+        for i in self._bank:
+            a = args[i]
+            if type(a) is torch.Tensor and a.dim() == 0 and a.dtype in BANK_TORCH_DTYPES:
+                host[i] = a.item()
+            elif not _is_number(a):
+                host[i], ptrs[i] = _general_host_array(a)
+        return host, ptrs
+
+
+def _is_number(value: Any) -> bool:
+    kind = type(value)
+    return kind is float or kind is int or kind is bool
+
+
+def _general_host_array(value: Any) -> tuple[Any, int]:
+    """(host array, data address) of any argument (see :func:`_host_array`)."""
+    return _host_array(value), value.data_ptr() if isinstance(value, torch.Tensor) else 0
 
 
 def _host_array(value: Any) -> Any:

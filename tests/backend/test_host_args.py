@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from simaccel.compiled import _host_arrays
+from simaccel.compiled import _NO_DATA, _host_arrays
 
 
 @pytest.mark.parametrize("value,dtype", [(0.1, torch.float64), (-0.0, torch.float64),
@@ -113,3 +113,25 @@ def test_a_kept_view_keys_its_contents_by_token_and_version() -> None:
     q = torch.nn.Parameter(torch.arange(6, dtype=torch.float32))
     kept.host_array(0, q)
     assert kept.content_key(0, q)[0] != key[0]
+
+
+def test_host_arrays_convert_whatever_each_position_holds() -> None:
+    """HostArrays sorts the positions once (kept views, bank scalars, the rest); a value
+    other than the usual kind at a position still gets the general conversion."""
+    from simaccel.compiled import HostArrays, StaticViews
+    p = torch.nn.Parameter(torch.arange(4, dtype=torch.float32))
+    convert = HostArrays(6, frozenset({2, 3}), StaticViews({0}, dynamic=False))
+    grad = torch.ones(4, requires_grad=True)  # not plain: the general conversion
+    args = [p, torch.arange(3), torch.tensor(0.5), torch.ones(2), 1.5, grad]
+    for _ in range(2):  # the second call finds p's kept view
+        host, ptrs = convert(args)
+        assert isinstance(host[0], np.ndarray) and ptrs[0] == p.data_ptr()
+        assert np.array_equal(host[1], [0, 1, 2]) and ptrs[1] == args[1].data_ptr()
+        assert host[2] == 0.5 and type(host[2]) is float and ptrs[2] == 0
+        assert isinstance(host[3], np.ndarray) and ptrs[3] == args[3].data_ptr()  # not 0-d
+        assert host[4] == 1.5 and ptrs[4] == 0
+        assert np.array_equal(host[5], np.ones(4)) and ptrs[5] == grad.data_ptr()
+    first = host[0]
+    assert convert(args)[0][0] is first
+    host, _ = convert([3.0, None, 2, 7, 1.5, grad])  # numbers, an erased effect token
+    assert host[0] == 3.0 and host[1] is _NO_DATA and host[2] == 2 and host[3] == 7
