@@ -43,6 +43,19 @@ class DeviceOutOfMemoryError(SimAccelError, MemoryError):
         )
 
 
+class KernelIndexError(SimAccelError, IndexError):
+    """A device kernel found an index out of range (a gather, embedding, ``index``,
+    ``index_select`` or scatter whose index tensor holds a value outside the dimension it
+    indexes), where eager PyTorch raises too. The kernel stopped before reading or writing
+    outside its buffer; the device and the next call are unaffected."""
+
+    def __init__(self, detail: str = ""):
+        super().__init__(
+            "simaccel: an index is out of range for the dimension it indexes (eager "
+            "PyTorch raises here too); check the index tensor's values"
+            + (f" ({detail})" if detail else ""))
+
+
 class KernelCompileError(SimAccelError):
     """Numba failed to compile a generated kernel (a simaccel bug: please report it)."""
 

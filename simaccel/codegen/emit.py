@@ -111,6 +111,8 @@ def const_source(value, dtype: str) -> str:
 
 #: the kernel-local count of arguments outside a fast helper's exact range.
 RANGE_FLAG = "wide_args"
+#: the count of out-of-range gather/scatter indices a kernel met (see with_index_check)
+INDEX_FLAG = "bad_indices"
 
 
 class BodyEmitter:
@@ -156,6 +158,10 @@ class BodyEmitter:
             return self._new(element)
         if isinstance(expr, IndexValue):
             return self._new(f"{dtype_ctor(expr.dtype)}({expr.index})")
+        if isinstance(expr, Op) and expr.name == "checked_index":
+            index, size = (self.value(a) for a in expr.args)
+            self.lines.append(f"{self.indent}{INDEX_FLAG} += lib.index_outside({index}, {size})")
+            return self._new(f"np.int64(lib.clamped_index({index}, {size}))")
         if isinstance(expr, Op):
             args = [self.value(a) for a in expr.args]
             dtypes = [a.dtype for a in expr.args]
@@ -192,6 +198,21 @@ def with_exact_rerun(nest: Callable[[bool], tuple[list[str], bool]],
             + ["    " + line for line in exact])
 
 
+def with_index_check(body: list[str]) -> list[str]:
+    """``body`` (a kernel's statements at one indent level) raising IndexError after its
+    loops when it counted an out-of-range gather or scatter index into
+    :data:`INDEX_FLAG` (each such index is clamped into its buffer meanwhile): a raise
+    inside a prange loop would keep numba from parallelising it. Eager PyTorch raises
+    for such an index too; a native kernel reports it as
+    :class:`~simaccel.errors.KernelIndexError`."""
+    if not any(INDEX_FLAG in line for line in body):
+        return body
+    return ([f"    {INDEX_FLAG} = 0"] + body + [
+        f"    if {INDEX_FLAG}:",
+        '        raise IndexError("simaccel: an index is out of range for the dimension '
+        'it indexes")'])
+
+
 def loop_nest(index: list[str], shape: tuple[int, ...], parallel: bool,
               indent: str) -> tuple[list[str], str]:
     lines = []
@@ -210,7 +231,7 @@ def kernel_args(out_buffer: str, body: list[Expr]) -> list[str]:
 def kernel_module(args: list[str], parallel: bool,
                   nest: Callable[[bool], tuple[list[str], bool]], rerunnable: bool) -> str:
     """Module source of ``def kernel(*args)`` whose body is ``nest`` (see with_exact_rerun)."""
-    body = with_exact_rerun(nest, rerunnable)
+    body = with_index_check(with_exact_rerun(nest, rerunnable))
     return (HEADER + "\n\n" + _decorator(parallel) + f"def kernel({', '.join(args)}):\n"
             + "\n".join(body) + "\n")
 

@@ -128,6 +128,9 @@ class ArrayBodyEmitter(BodyEmitter):
         return super()._new(vectorized(src))
 
     def _emit(self, expr):
+        if isinstance(expr, Op) and expr.name == "checked_index":  # raises at once
+            index, size = (self.value(a) for a in expr.args)
+            return self._new(f"lib.checked_index({index}, {size})")
         if isinstance(expr, Op) and expr.name == "fma" and expr.dtype == "float64":
             raise Unsupported("a float64 fused multiply-add cannot be rounded once in numpy")
         if isinstance(expr, Op) and expr.name in scalar_ops.RANGE_CHECKED \

@@ -14,21 +14,28 @@ from simaccel.codegen.values import Lazy, Realized, TensorValue, broadcast_index
 aten = torch.ops.aten
 
 
-def wrap_index(expr: Expr, size: Any) -> Expr:
-    """A Python-style negative index wrapped into ``[0, size)``."""
+def wrap_index(expr: Expr, size: Any, negative_ok: bool = True) -> Expr:
+    """A Python-style negative index wrapped into ``[0, size)`` and checked to be there:
+    an index outside ``[-size, size)`` (``[0, size)`` without ``negative_ok``, as
+    ``embedding`` wants) raises when the kernel runs, as in eager, instead of reading or
+    writing outside the buffer."""
     expr = cast(expr, "int64")
-    negative = Op("lt", (expr, Const(0, "int64")), "bool")
-    return Op("where", (negative, Op("add", (expr, size_value(size)), "int64"), expr),
-              "int64")
+    if negative_ok:
+        negative = Op("lt", (expr, Const(0, "int64")), "bool")
+        expr = Op("where", (negative, Op("add", (expr, size_value(size)), "int64"), expr),
+                  "int64")
+    return Op("checked_index", (expr, size_value(size)), "int64")
 
 
-def indirect_load(x: Realized, index: list[str], indirect: dict[int, Expr]) -> Load:
-    """Load ``x`` at ``index``, where dims in ``indirect`` take a computed (Expr) index."""
+def indirect_load(x: Realized, index: list[str], indirect: dict[int, Expr],
+                  negative_ok: bool = True) -> Load:
+    """Load ``x`` at ``index``, where dims in ``indirect`` take a computed (Expr) index
+    (negative ones count from the end, unless ``negative_ok`` is False)."""
     terms, exprs = [], []
     for d, (i, stride) in enumerate(zip(index, x.layout.strides)):
         if d in indirect:
             terms.append((f"{{{len(exprs)}}}", stride))
-            exprs.append(wrap_index(indirect[d], x.shape[d]))
+            exprs.append(wrap_index(indirect[d], x.shape[d], negative_ok))
         else:
             terms.append((i, stride))
     return Load(x.layout.buffer, affine(terms, x.layout.offset), x.dtype, tuple(exprs))
@@ -44,7 +51,8 @@ def _gather(ctx: GraphLowering, x: TensorValue, dim: int, index: TensorValue,
     base, dim = _base(ctx, x), dim % max(x.ndim, 1)
 
     def fn(idx: list[str]) -> Expr:
-        return indirect_load(base, idx, {dim: index.load(idx)})
+        # eager's gather takes no negative index
+        return indirect_load(base, idx, {dim: index.load(idx)}, negative_ok=False)
     return Lazy(index.shape, x.dtype, fn, 2)
 
 
@@ -57,7 +65,7 @@ def _index_select(ctx: GraphLowering, x: TensorValue, dim: int, index: TensorVal
 
     def fn(idx: list[str]) -> Expr:
         k = flat_index.load([idx[dim]]) if flat_index is not None else index.load([])
-        return indirect_load(base, idx, {dim: k})
+        return indirect_load(base, idx, {dim: k}, negative_ok=False)  # as eager's
     return Lazy(ctx.out_shape(), x.dtype, fn, 2)
 
 
@@ -68,8 +76,8 @@ def _embedding(ctx: GraphLowering, weight: TensorValue, indices: TensorValue,
     n = indices.ndim
 
     def fn(idx: list[str]) -> Expr:
-        row = indices.load(idx[:n])
-        return indirect_load(base, ["0", idx[n]], {0: row})
+        row = indices.load(idx[:n])  # eager's embedding takes no negative ids
+        return indirect_load(base, ["0", idx[n]], {0: row}, negative_ok=False)
     return Lazy(ctx.out_shape(), weight.dtype, fn, 2)
 
 
@@ -142,7 +150,8 @@ def _scatter(ctx: GraphLowering, x: TensorValue, dim: int, index: TensorValue,
     shape = index.shape
     idx = [f"i{k}" for k in range(len(shape))]
     terms = [("{0}" if d == dim else i, st) for d, (i, st) in enumerate(zip(idx, out.layout.strides))]
-    target = wrap_index(index.load(idx), x.shape[dim] if x.ndim else 1)
+    target = wrap_index(index.load(idx), x.shape[dim] if x.ndim else 1,
+                        negative_ok=False)  # eager's scatter takes no negative index
     body = _values_expr(src, shape, idx, out.dtype) if not isinstance(src, TensorValue) \
         else cast(src.load(idx), out.dtype)
     accumulate = ctx.current.target is aten.scatter_add.default

@@ -112,7 +112,8 @@ def _scatter_reduce(ctx: GraphLowering, x: TensorValue, dim: int, index: TensorV
 
     def target_of(out: Realized) -> _Target:
         idx = [f"i{k}" for k in range(index.ndim)]
-        return _Target(out, index.shape, dim, wrap_index(index.load(idx), _size(x, dim)))
+        return _Target(out, index.shape, dim,  # eager takes no negative index here
+                       wrap_index(index.load(idx), _size(x, dim), negative_ok=False))
     return _reduce_into(ctx, x, target_of, index.shape, src.load, reduce, include_self)
 
 
@@ -133,7 +134,8 @@ def _index_reduce(ctx: GraphLowering, x: TensorValue, dim: int, index: TensorVal
     def target_of(out: Realized) -> _Target:
         position = index.load([f"i{dim}" if source.ndim else "0"]) if index.ndim \
             else index.load([])
-        return _Target(out, source.shape, dim, wrap_index(position, _size(x, dim)))
+        return _Target(out, source.shape, dim,  # eager takes no negative index here
+                       wrap_index(position, _size(x, dim), negative_ok=False))
     return _reduce_into(ctx, x, target_of, source.shape, source.load, reduce, include_self)
 
 

@@ -26,7 +26,7 @@ import struct
 import threading
 from typing import Any, Callable
 
-from simaccel.errors import SimAccelError
+from simaccel.errors import KernelIndexError, SimAccelError
 
 #: bump when the entry ABI or the file layout changes.
 FORMAT = 1
@@ -295,7 +295,7 @@ class NativeKernel:
             bound = self._bound = (args, self._c_arguments(args))
         status = self._fn(*bound[1])
         if status == _STATUS_EXCEPTION or status > 0:
-            raise SimAccelError(f"native kernel raised (numba status {status})")
+            raise _kernel_error(status)
 
     def bind(self, *args: Any, addresses: Any = None) -> Callable[[], None]:
         """A zero-argument launch on ``args`` with their C form made now (the runtime binds
@@ -308,7 +308,7 @@ class NativeKernel:
         def launch() -> None:
             status = fn(*c_args)
             if status == _STATUS_EXCEPTION or status > 0:
-                raise SimAccelError(f"native kernel raised (numba status {status})")
+                raise _kernel_error(status)
         launch.arrays = args  # type: ignore[attr-defined]  # keeps the pointers valid
         return launch
 
@@ -337,6 +337,15 @@ class NativeKernel:
         return tuple(c_args)
 
 
+def _kernel_error(status: int) -> SimAccelError:
+    """The error of a native kernel that returned numba exception ``status``: a raised
+    exception (>= 1) comes from the one check a kernel makes, its index bounds
+    (:func:`simaccel.codegen.emit.with_index_check`)."""
+    if status > 0:
+        return KernelIndexError(f"numba status {status}")
+    return SimAccelError(f"native kernel raised (numba status {status})")
+
+
 def command_list(calls: list[tuple[int, tuple]]) -> Callable[[], None]:
     """One native function that calls each kernel entry of ``calls`` ((address, C
     arguments) from :meth:`NativeKernel.native_call`) in order with those constant
@@ -354,7 +363,7 @@ def command_list(calls: list[tuple[int, tuple]]) -> Callable[[], None]:
     def launch() -> None:
         status = fn()
         if status == _STATUS_EXCEPTION or status > 0:
-            raise SimAccelError(f"native kernel raised (numba status {status})")
+            raise _kernel_error(status)
     launch.engine = engine  # type: ignore[attr-defined]  # owns the code
     return launch
 

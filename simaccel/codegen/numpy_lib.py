@@ -29,6 +29,8 @@ import functools
 
 import numpy as np
 
+from simaccel.errors import KernelIndexError
+
 #: elements up to which a tier-0 kernel calls libm per element (~0.5 us each, so ~65 ms
 #: at the limit); beyond it waiting for the compiled kernel is the cheaper way
 LIBM_ELEMENTS = 1 << 17
@@ -80,6 +82,16 @@ f32, i32, u32 = np.float32, np.int32, np.uint32
 
 
 # --------------------------------------------------------------------------- control flow
+
+
+def checked_index(i, n):
+    """An array of gather or scatter indices (wrapped from Python's negative form
+    already) checked to lie inside a dimension of ``n``: the tier-0 form of the compiled
+    kernels' count-and-raise check (:func:`simaccel.codegen.emit.with_index_check`)."""
+    i = np.asarray(i)
+    if i.size and ((i < 0) | (i >= n)).any():
+        raise KernelIndexError("a tier-0 kernel")
+    return i
 
 
 def where(cond, a, b):

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from simaccel.codegen import numpy_lib
+from simaccel.errors import KernelIndexError
 from simaccel.guards.dynamo import megacache
 from simaccel.runtime import tiers
 from simaccel.runtime.group import bind_launch
@@ -120,15 +121,17 @@ class TieredKernel:
 
     def __call__(self, *args: Any) -> Any:
         if self.ready():
-            return self.compiled(*args)
+            return _run_compiled(self.compiled, args)
         try:
             with np.errstate(all="ignore"):
                 self.tier0(*args)
+        except KernelIndexError:  # the data's fault, not the tier-0 form's: as compiled
+            raise
         except Exception as exc:  # noqa: BLE001 - the compiled kernel is the reference
             log.info("simaccel: tier-0 form of kernel %s failed (%s: %s); waiting for its "
                      "compiled version", self.name, type(exc).__name__, exc)
             self.wait()
-            return self.compiled(*args)
+            return _run_compiled(self.compiled, args)
         self.device.count("tier0_launches")
         return None
 
@@ -146,3 +149,14 @@ class TieredKernel:
                 and self.ready():
             return getattr(self.compiled, name)
         raise AttributeError(name)
+
+
+def _run_compiled(kernel: Callable[..., Any], args: tuple) -> Any:
+    """The compiled ``kernel`` on ``args``, its out-of-range index (numba's IndexError)
+    raised as :class:`~simaccel.errors.KernelIndexError`, as a bound launch raises it."""
+    try:
+        return kernel(*args)
+    except IndexError as exc:
+        if isinstance(exc, KernelIndexError):
+            raise
+        raise KernelIndexError() from exc
