@@ -1,12 +1,13 @@
 """Kernel helpers beyond :mod:`.kernel_lib`'s core, re-exported by it so kernels name
 them ``lib.<name>``: 16-bit float loads and stores (:mod:`.half_lib`) and the special
 functions (``lib.special``, ``lib.special_bessel``, ``lib.special_modified``,
-``lib.special_poly``)."""
+``lib.special_poly``) and the index bound checks (:mod:`.index_lib`)."""
 from __future__ import annotations
 
 from simaccel.codegen import special_bessel, special_modified, special_poly
 from simaccel.codegen import special_lib as special
 from simaccel.codegen.half_lib import bf16_load, bf16_store, f16_load, f16_store
+from simaccel.codegen.index_lib import clamped_index, index_outside
 
-__all__ = ["bf16_load", "bf16_store", "f16_load", "f16_store", "special", "special_bessel",
-           "special_modified", "special_poly"]
+__all__ = ["bf16_load", "bf16_store", "clamped_index", "f16_load", "f16_store",
+           "index_outside", "special", "special_bessel", "special_modified", "special_poly"]
