@@ -76,6 +76,9 @@ class ConstantBank:
     def _overflow(self, values: list[Any]) -> SimAccelError:
         for (index, name, dtype), value in zip(self.slots, values):
             try:
+                if dtype.kind == "f" and isinstance(value, float) and math.isfinite(value) \
+                        and abs(value) > np.finfo(dtype).max:  # numpy makes it inf
+                    raise OverflowError(value)
                 np.asarray(value, dtype=dtype)
             except OverflowError:
                 return SimAccelError(

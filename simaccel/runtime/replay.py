@@ -98,11 +98,12 @@ class Replay:
         for index, dst, _, _ in self.inputs:
             dst[...] = args[index]  # equal shapes and dtypes (accepts): a plain copy
         bank = self.bank
-        packed = bank is not None and bank.pack(args, sizes)
-        if packed:
-            self.bank_dst[...] = bank.host
+        packed = False
         launched = 0
         try:
+            packed = bank is not None and bank.pack(args, sizes)  # raises on overflow
+            if packed:
+                self.bank_dst[...] = bank.host
             with self.compute_lock:
                 start = time.perf_counter_ns()
                 for launch in bound.launches:
@@ -122,8 +123,9 @@ class Replay:
             host_outputs[position][...] = src
 
     def _record_partial(self, packed: bool, launched: int, ready_ns: float) -> None:
-        """Place what a call stopped by a kernel (or, past :meth:`accepts`, its download:
-        only an error outside simaccel can stop that) moved and ran."""
+        """Place what a call stopped by a scalar its bank slot cannot hold, a kernel (or,
+        past :meth:`accepts`, its download: only an error outside simaccel can stop
+        that) moved and ran, as the general call places it."""
         done = CallProgress()
         done.uploads = list(self.calls[packed].uploads)
         done.launched = launched

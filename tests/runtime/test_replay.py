@@ -194,3 +194,19 @@ def test_a_kernel_raising_in_a_replay_records_what_ran_and_the_next_call_works()
     assert [e.name for e in program.device.dma.trace_events()][-2:] == ["h2d x", "scale"]
     np.testing.assert_array_equal(run_scaled(program, x, 3.0), x * 3 + 1)
     assert program.device.runtime_stats()["replayed_calls"] == 1
+
+
+def test_a_scalar_its_slot_cannot_hold_stops_a_replay_after_the_input_moved():
+    """As in the general call: the inputs moved (recorded), then the bank refuses."""
+    from simaccel.errors import SimAccelError
+    replayed, general = scaled_program(make_device()), scaled_program(make_device())
+    x = aligned(np.ones(N, np.float32))
+    for program in (replayed, general):
+        run_scaled(program, x, 2.0)
+    never_replay(general)
+    for program in (replayed, general):
+        with pytest.raises(SimAccelError, match="does not fit"):
+            run_scaled(program, x, 1e300)  # beyond float32
+        np.testing.assert_array_equal(run_scaled(program, x, 2.0), x * 2 + 1)
+    assert replayed.device.dma_stats() == general.device.dma_stats()
+    assert timeline(replayed.device) == timeline(general.device)
