@@ -114,6 +114,12 @@ def test_targets_are_computed_from_same_run_baselines():
     assert found["simaccel changed-scalar call / steady call"].met is True
     assert found["simaccel tiny steady call / dynamo_eager"].value == 2.0
     assert found["simaccel tiny steady call / dynamo_eager"].met is False
+    # timed in the same rounds as Dynamo eager: that ratio, not the two records'
+    same = _result()
+    tiny = same.get("steady/tiny_x*2+1_16", "simaccel")
+    tiny.extra["over_baseline"] = 1.1
+    found_same = {t.name: t for t in targets(same)}["simaccel tiny steady call / dynamo_eager"]
+    assert found_same.value == 1.1 and found_same.met is True and "same rounds" in found_same.note
     assert Target("x", None, 1.0).met is None
     retrace = found["simaccel first compile lift='auto' / lift='off'"]
     assert abs(retrace.value - 1.2) < 1e-9 and retrace.met is True

@@ -6,6 +6,7 @@ the shared first half that the pytest-benchmark suites in ``bench/`` time themse
 from __future__ import annotations
 
 import os
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -148,24 +149,61 @@ def measure_scalar(name: str, backend: str, dynamic: bool | None, cfg: BenchConf
 # ---------------------------------------------------------------------- steady tiny graph
 
 
-def prepare_tiny(backend: str) -> tuple[Callable, tuple]:
-    """``x * 2.0 + 1.0`` on 16 float32 elements, compiled (dynamic=False) and warmed up."""
-    measure.fresh_dynamo()
+#: the backend every other compiled backend's tiny call is also timed against, batch by
+#: batch in the same rounds (its own record is timed alone, like every backend's)
+TINY_BASELINE = "dynamo_eager"
+
+
+def prepare_tiny(backend: str, fresh: bool = True) -> tuple[Callable, tuple]:
+    """``x * 2.0 + 1.0`` on 16 float32 elements, compiled (dynamic=False) and warmed up
+    (``fresh``: after resetting Dynamo; else as a copy of the function with a code object
+    of its own, so Dynamo keeps its compiled entry apart from the first backend's)."""
+    fn = tiny
+    if fresh:
+        measure.fresh_dynamo()
+    else:
+        fn = types.FunctionType(tiny.__code__.replace(), tiny.__globals__, "tiny_baseline")
     x = torch.randn(16)
-    compiled = measure.compile_for(tiny, backend, dynamic=False)
+    compiled = measure.compile_for(fn, backend, dynamic=False)
     compiled(x)
     compiled(x)
     return compiled, (x,)
 
 
 def measure_tiny(backend: str, cfg: BenchConfig) -> Record:
-    """Steady per-call time of the tiny graph (median over batches of calls)."""
+    """Steady per-call time of the tiny graph (median over batches of calls). A backend
+    other than eager and :data:`TINY_BASELINE` is timed in the same rounds as the
+    baseline (their batches alternate, so both see the same load): ``extra
+    ["baseline_s"]`` and ``extra["over_baseline"]``, the ratio of the two medians."""
     compiled, args = prepare_tiny(backend)
-    batch = measure.batch_size_for(compiled, args)
+    graphs = measure.graphs_compiled()
+    extra: dict[str, Any] = {"calls_per_batch": measure.batch_size_for(compiled, args),
+                             "graphs": graphs}
+    if backend in ("eager", TINY_BASELINE):
+        with measure.quiet_gc():
+            times = measure.time_batches(compiled, args, cfg.batches, extra["calls_per_batch"])
+    else:
+        baseline, base_args = prepare_tiny(TINY_BASELINE, fresh=False)
+        times, base = _same_rounds((compiled, args, extra["calls_per_batch"]),
+                                   (baseline, base_args, measure.batch_size_for(baseline,
+                                                                                base_args)),
+                                   cfg.batches)
+        med, base_med = measure.median(times), measure.median(base)
+        extra.update(baseline_s=base_med, over_baseline=med / base_med if med and base_med
+                     else None)
+    return Record("steady", "tiny_x*2+1_16", backend, measure.median(times), len(times), extra)
+
+
+def _same_rounds(ours: tuple, theirs: tuple, rounds: int) -> tuple[list[float], list[float]]:
+    """Seconds per call of a batch of each ``(fn, args, calls per batch)`` per round,
+    which of the two goes first alternating by round."""
+    out: tuple[list[float], list[float]] = ([], [])
     with measure.quiet_gc():
-        times = measure.time_batches(compiled, args, cfg.batches, batch)
-    return Record("steady", "tiny_x*2+1_16", backend, measure.median(times), len(times),
-                  {"calls_per_batch": batch, "graphs": measure.graphs_compiled()})
+        for r in range(rounds):
+            for k in ((0, 1) if r % 2 == 0 else (1, 0)):
+                fn, args, batch = (ours, theirs)[k]
+                out[k].extend(measure.time_batches(fn, args, 1, batch))
+    return out
 
 
 # ---------------------------------------------------------------------- cold / warm compile
