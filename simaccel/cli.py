@@ -69,7 +69,8 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
                        help="tiny kernel sizes, fewer samples, no inductor or aot_eager, "
                        "the scalar scenarios at dynamic=None only; of the compile "
                        "benchmarks only simaccel's cold and warm compile; no sort or topk kernels "
-                       "unless --scenarios names them (under a minute)")
+                       "and no Dynamo eager kernel rows unless --scenarios names them "
+                       "(about a minute)")
     bench.add_argument("--backends", type=_backend_list, default=None,
                        help="comma-separated backends (default: eager, dynamo_eager, aot_eager, "
                        "inductor, simaccel; inductor and aot_eager left out with --quick)")

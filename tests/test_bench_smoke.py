@@ -253,5 +253,12 @@ def test_quick_leaves_the_slow_compiling_kernels_to_an_explicit_selection():
     full = {t.key: t.opt_in for t in build_tasks(["simaccel"], BenchConfig.make(quick=False),
                                                  "/nonexistent")}
     assert quick["kernel/sort_last[16x256]"] and quick["kernel/topk16[16x256 k16]"]
+    with_baselines = build_tasks(["eager", "dynamo_eager"], BenchConfig.make(quick=True),
+                                 "/nonexistent")
+    opt_in = {(t.key, t.backend): t.opt_in for t in with_baselines}
+    # quick kernel sizes give no verdict: plain eager is their baseline, Dynamo eager's
+    # rows only when named
+    assert opt_in[("kernel/chain8[64K f32]", "dynamo_eager")]
+    assert not opt_in[("kernel/chain8[64K f32]", "eager")]
     assert not quick["kernel/chain8[64K f32]"] and not quick["kernel/gpt2[1 layer, 2x16 tokens]"]
     assert not full["kernel/sort_last[1024x4096]"] and not full["kernel/topk16[1024x4096 k16]"]

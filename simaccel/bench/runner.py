@@ -129,8 +129,11 @@ def build_tasks(backends: Sequence[str], cfg: sc.BenchConfig, cache_root: str) -
                   for b in backends if variant == "default" or b == "simaccel"]
     for name in KERNEL_WORKLOADS:
         scenario = f"{name}[{KERNEL_WORKLOADS[name].sizes[1 if cfg.quick else 0]}]"
+        # quick sizes measure per-call overhead and give no kernel verdict: plain eager is
+        # their baseline, Dynamo eager's kernel rows run when --scenarios names them
         tasks += [Task("kernel", scenario, b, lambda n=name, b=b: sc.measure_kernel(n, b, cfg),
-                       opt_in=cfg.quick and not KERNEL_WORKLOADS[name].in_quick)
+                       opt_in=cfg.quick and (not KERNEL_WORKLOADS[name].in_quick
+                                             or b == "dynamo_eager"))
                   for b in backends]
     tasks += optim_tasks(list(backends), cfg, Task)
     tasks += shape_tasks(list(backends), cfg, Task)
