@@ -94,3 +94,27 @@ def test_the_tier0_form_checks_whole_index_arrays():
         with pytest.raises(KernelIndexError):
             numpy_lib.checked_index(np.array(bad), 5)
     assert numpy_lib.checked_index(np.array([], dtype=np.int64), 0).size == 0
+
+
+#: ops that index with a tensor through the same checked index (their decompositions
+#: gather or scatter): each raises on an out-of-range index as eager does
+MORE = {
+    "index_add": lambda i: torch.zeros(5).index_add(0, i, torch.ones(3)) * 2,
+    "index_copy": lambda i: torch.zeros(5).index_copy(0, i, torch.ones(3)) * 2,
+    "index_fill": lambda i: torch.zeros(5).index_fill(0, i, 1.0) * 2,
+    "take": lambda i: torch.take(torch.arange(5.0), i) * 2,
+    "take_along_dim": lambda i: torch.take_along_dim(torch.arange(5.0), i) * 2,
+    "put": lambda i: torch.zeros(5).put(i, torch.ones(3)) * 2,
+    "index_put": lambda i: torch.zeros(5).index_put((i,), torch.ones(3)) * 2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_other_indexing_ops_raise_for_an_out_of_range_index(name):
+    fn = MORE[name]
+    compiled = torch.compile(fn, backend="simaccel", dynamic=False)
+    good = torch.tensor([1, 4, 2])
+    torch.testing.assert_close(compiled(good), fn(good), rtol=0, atol=0)
+    _raises_like_eager(fn, compiled, torch.tensor([1, 9, 2]))
+    torch.testing.assert_close(compiled(good), fn(good), rtol=0, atol=0)
+    assert simaccel.get_device().runtime_stats()["host_fallback_ops"] == 0
