@@ -98,7 +98,7 @@ class CompiledGraph:
         return outputs
 
     def _content_key(self, index: int, t: Any) -> tuple:
-        """The content key of resident input ``t`` at ``index`` (after :func:`_host_arrays`
+        """The content key of resident input ``t`` at ``index`` (after :class:`HostArrays`
         saw it this call): a kept static view's token and the version, else its own."""
         static = self._static
         if static is not None and index in static.indices:
@@ -215,13 +215,6 @@ def _next_version_key(key: tuple) -> tuple:
 def _bump_version(t: Any) -> None:
     if isinstance(t, torch.Tensor) and not t.is_inference():
         torch.autograd.graph.increment_version(t)
-
-
-def _host_arrays(args: list[Any], scalar_indices: frozenset[int] = frozenset(),
-                 static: StaticViews | None = None) -> tuple[list[Any], list[int]]:
-    """Host arrays of the arguments and each tensor's data address: :class:`HostArrays`
-    for these argument positions, once."""
-    return HostArrays(len(args), scalar_indices, static)(args)
 
 
 class HostArrays:

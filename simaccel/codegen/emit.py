@@ -199,18 +199,17 @@ def with_exact_rerun(nest: Callable[[bool], tuple[list[str], bool]],
 
 
 def with_index_check(body: list[str]) -> list[str]:
-    """``body`` (a kernel's statements at one indent level) raising IndexError after its
-    loops when it counted an out-of-range gather or scatter index into
-    :data:`INDEX_FLAG` (each such index is clamped into its buffer meanwhile): a raise
-    inside a prange loop would keep numba from parallelising it. Eager PyTorch raises
-    for such an index too; a native kernel reports it as
-    :class:`~simaccel.errors.KernelIndexError`."""
+    """``body`` (a kernel's statements at one indent level) raising
+    :class:`~simaccel.errors.KernelIndexError` after its loops when it counted an
+    out-of-range gather or scatter index into :data:`INDEX_FLAG` (each such index is
+    clamped into its buffer meanwhile): a raise inside a prange loop would keep numba
+    from parallelising it. Eager PyTorch raises for such an index too. A native kernel
+    returns the exception as a status, which its launch raises as the same class."""
     if not any(INDEX_FLAG in line for line in body):
         return body
     return ([f"    {INDEX_FLAG} = 0"] + body + [
         f"    if {INDEX_FLAG}:",
-        '        raise IndexError("simaccel: an index is out of range for the dimension '
-        'it indexes")'])
+        "        raise lib.KernelIndexError()"])
 
 
 def loop_nest(index: list[str], shape: tuple[int, ...], parallel: bool,

@@ -121,7 +121,7 @@ class TieredKernel:
 
     def __call__(self, *args: Any) -> Any:
         if self.ready():
-            return _run_compiled(self.compiled, args)
+            return self.compiled(*args)
         try:
             with np.errstate(all="ignore"):
                 self.tier0(*args)
@@ -131,7 +131,7 @@ class TieredKernel:
             log.info("simaccel: tier-0 form of kernel %s failed (%s: %s); waiting for its "
                      "compiled version", self.name, type(exc).__name__, exc)
             self.wait()
-            return _run_compiled(self.compiled, args)
+            return self.compiled(*args)
         self.device.count("tier0_launches")
         return None
 
@@ -150,13 +150,3 @@ class TieredKernel:
             return getattr(self.compiled, name)
         raise AttributeError(name)
 
-
-def _run_compiled(kernel: Callable[..., Any], args: tuple) -> Any:
-    """The compiled ``kernel`` on ``args``, its out-of-range index (numba's IndexError)
-    raised as :class:`~simaccel.errors.KernelIndexError`, as a bound launch raises it."""
-    try:
-        return kernel(*args)
-    except IndexError as exc:
-        if isinstance(exc, KernelIndexError):
-            raise
-        raise KernelIndexError() from exc

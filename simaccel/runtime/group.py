@@ -15,8 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from simaccel.errors import KernelIndexError
-
 
 @dataclass(frozen=True)
 class GroupPart:
@@ -127,18 +125,6 @@ def bind_launch(fn: Callable[..., Any], args: list[Any],
     knows."""
     bind = getattr(fn, "bind", None)
     if bind is None:
-        return _naming_index_errors(functools.partial(fn, *args))
+        return functools.partial(fn, *args)
     return bind(*args, addresses=addresses) if addresses is not None else bind(*args)
 
-
-def _naming_index_errors(call: Callable[[], Any]) -> Callable[[], None]:
-    """``call`` (a numba kernel on its arguments) raising its out-of-range index as
-    :class:`~simaccel.errors.KernelIndexError`, as a native or tier-0 kernel does."""
-    def launch() -> None:
-        try:
-            call()
-        except IndexError as exc:
-            if isinstance(exc, KernelIndexError):
-                raise
-            raise KernelIndexError() from exc
-    return launch

@@ -33,8 +33,8 @@ from simaccel.runtime.spec import Placement
 class Replay:
     """One binding's recorded call (see the module doc); built by :func:`record`."""
 
-    __slots__ = ("bound", "inputs", "outputs", "mapped_reads", "streamed", "bind_mapped", "bank", "bank_dst",
-                 "calls", "steps", "alignment", "dma", "compute_lock")
+    __slots__ = ("bound", "inputs", "outputs", "mapped_reads", "streamed", "bind_mapped",
+                 "bank", "bank_dst", "calls", "steps", "alignment", "dma", "compute_lock")
 
     def __init__(self, bound: BoundWorkspace, program: Any, inputs: list[tuple],
                  outputs: list[tuple], calls: dict[bool, Any]):
@@ -44,12 +44,12 @@ class Replay:
         #: (output position, device source, shape, dtype, argument index of an input
         #: write-back or None) of each output copy
         self.outputs = outputs
-        #: argument indices of the streamed inputs, when a kernel reads one in host
-        #: memory (its launch is bound to this call's arrays), else None
         #: argument indices of the inputs a kernel reads in host memory: pinned aligned
         #: (a misaligned one goes the general way, which names it)
         self.mapped_reads = [p.index for p in program._streamed
                              if p.placement is Placement.MAPPED]
+        #: argument indices of the streamed inputs, when a kernel reads or updates one in
+        #: host memory (its launch is bound to this call's arrays), else None
         has_mapped = program._mapped_flags is not None
         self.streamed = [p.index for p in program._streamed] if has_mapped else None
         self.bind_mapped = program._bind_mapped
@@ -149,18 +149,20 @@ def record(bound: BoundWorkspace, done: CallProgress, program: Any, args: list[A
     outputs = _recorded_outputs(bound, program, host_outputs)
     if inputs is None or outputs is None or (outputs and done.download is None):
         return None
-    plans = bound.batch_plans
-    streamed = program._streamed
-    uploads = [plans.get((False,) * len(streamed))] if streamed else []
-    calls = {}
-    for packed, keys in ((False, uploads), (True, [*uploads, plans.get("const")])):
-        if None not in keys:
-            progress = CallProgress()
-            progress.uploads, progress.download = keys, done.download
-            progress.launched = len(bound.launches)
-            calls[packed] = call_plan(program.device.dma, bound, program.spec.steps, progress)
-    if False not in calls or program._bank.used and True not in calls:
+    # the call's input batch (nothing staged: the one every replay moves), and the
+    # constant bank's, which a replay moves when a scalar changed
+    inputs_moved = [plan for plan in done.uploads if plan.kind != "const"]
+    bank_plan = bound.batch_plans.get("const")
+    if program._bank.used and bank_plan is None:
         return None
+    calls = {}
+    for packed, uploads in ((False, inputs_moved), (True, [*inputs_moved, bank_plan])):
+        if packed and bank_plan is None:
+            continue
+        progress = CallProgress()
+        progress.uploads, progress.download = uploads, done.download
+        progress.launched = len(bound.launches)
+        calls[packed] = call_plan(program.device.dma, bound, program.spec.steps, progress)
     return Replay(bound, program, inputs, outputs, calls)
 
 

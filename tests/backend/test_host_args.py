@@ -1,5 +1,5 @@
 """How a compiled graph hands its call's arguments to the device program
-(``simaccel.compiled._host_arrays``): the per-call path every backend test runs through.
+(``simaccel.compiled.HostArrays``): the per-call path every backend test runs through.
 
 Lifted floats arrive as 0-d tensors Dynamo makes per call; they only feed the constant
 bank, so they are passed as exact Python numbers instead of numpy views."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from simaccel.compiled import _NO_DATA, _host_arrays
+from simaccel.compiled import _NO_DATA, HostArrays
 
 
 @pytest.mark.parametrize("value,dtype", [(0.1, torch.float64), (-0.0, torch.float64),
@@ -19,7 +19,7 @@ from simaccel.compiled import _NO_DATA, _host_arrays
 def test_scalar_inputs_become_exact_python_numbers(value, dtype) -> None:
     x = torch.arange(4, dtype=torch.float32)
     scalar = torch.tensor(value, dtype=dtype)
-    host, ptrs = _host_arrays([x, scalar, 3], frozenset({1, 2}))
+    host, ptrs = HostArrays(3, frozenset({1, 2}))([x, scalar, 3])
     assert isinstance(host[0], np.ndarray) and ptrs[0] == x.data_ptr()
     expected = scalar.item()
     assert type(host[1]) is type(expected) and ptrs[1] == 0
@@ -30,11 +30,11 @@ def test_scalar_inputs_become_exact_python_numbers(value, dtype) -> None:
 
 def test_zero_d_tensors_outside_the_bank_stay_arrays() -> None:
     scalar = torch.tensor(2.5, dtype=torch.float64)
-    host, ptrs = _host_arrays([scalar], frozenset())
+    host, ptrs = HostArrays(1, frozenset())([scalar])
     assert isinstance(host[0], np.ndarray) and host[0].shape == ()
     assert ptrs[0] == scalar.data_ptr()
     half = torch.tensor(1.5, dtype=torch.float16)  # no bank slot for float16: its bits
-    host, _ = _host_arrays([half], frozenset({0}))
+    host, _ = HostArrays(1, frozenset({0}))([half])
     assert isinstance(host[0], np.ndarray) and host[0].dtype == np.int16
     assert host[0].view(np.float16) == 1.5
 
@@ -118,7 +118,7 @@ def test_a_kept_view_keys_its_contents_by_token_and_version() -> None:
 def test_host_arrays_convert_whatever_each_position_holds() -> None:
     """HostArrays sorts the positions once (kept views, bank scalars, the rest); a value
     other than the usual kind at a position still gets the general conversion."""
-    from simaccel.compiled import HostArrays, StaticViews
+    from simaccel.compiled import StaticViews
     p = torch.nn.Parameter(torch.arange(4, dtype=torch.float32))
     convert = HostArrays(6, frozenset({2, 3}), StaticViews({0}, dynamic=False))
     grad = torch.ones(4, requires_grad=True)  # not plain: the general conversion
