@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.fx
 
+from simaccel.codegen import compile_pool
 from simaccel.codegen.dtypes import (BANK_TORCH_DTYPES, NUMPY_TORCH_DTYPES, PLAIN_TORCH_DTYPES,
                                      byte_view)
 from simaccel.codegen.ir import contiguous_strides, dense_strides
@@ -75,8 +76,7 @@ class CompiledGraph:
     def __call__(self, args: list[Any]) -> list[Any]:
         host_arrays = self._host_arrays
         if host_arrays is None or host_arrays.count != len(args):
-            host_arrays = self._host_arrays = HostArrays(len(args), self.bank_inputs,
-                                                         self._static)
+            return self._first_call(args)
         host_args, data_ptrs = host_arrays(args)
         keys = {i: self._content_key(i, args[i]) for i in self.resident} \
             if self.resident else None
@@ -96,6 +96,16 @@ class CompiledGraph:
             outputs[index] = value(args) if callable(value) else scalars.get(index, value)
         args.clear()
         return outputs
+
+    def _first_call(self, args: list[Any]) -> list[Any]:
+        """The first call (or one with another argument count): sorts the argument
+        positions, then calls; the kernels it ran in tier 0 start compiling when it
+        returns (:func:`~simaccel.codegen.compile_pool.release_deferred`)."""
+        self._host_arrays = HostArrays(len(args), self.bank_inputs, self._static)
+        try:
+            return self(args)
+        finally:
+            compile_pool.release_deferred()
 
     def _content_key(self, index: int, t: Any) -> tuple:
         """The content key of resident input ``t`` at ``index`` (after :class:`HostArrays`

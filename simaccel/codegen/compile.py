@@ -241,12 +241,13 @@ def _compile_in_pool(kernels: list[Any], lowered: LoweredGraph, tier0: bool | st
     missing = {p.source: p for p in prepared.values() if not _CACHE.has(p.source, p.signature)}
     later = [(s, p.signature) for s, p in missing.items() if p.tier0_source is not None]
     now = [(s, p.signature) for s, p in missing.items() if p.tier0_source is None]
-    # the kernels this call cannot run without go to the workers first (even a few, when
-    # the workers are busy with the others anyway)
+    # the kernels this call cannot run without go to the workers now (even a few, when
+    # the graph's background compiles start the workers anyway); those have a tier-0
+    # form and reach the workers when the first call returns (deferred)
     waited = compile_pool.submit(_CACHE.root, now) \
         if now and (len(now) >= compile_pool.MIN_JOBS or later) else {}
     background = {source: future for future, source in
-                  compile_pool.submit(_CACHE.root, later).items()} if later else {}
+                  compile_pool.submit_deferred(_CACHE.root, later).items()} if later else {}
     return prepared, frozenset(compile_pool.collect(waited)), background
 
 

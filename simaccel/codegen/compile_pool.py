@@ -15,6 +15,14 @@ twice.
 :data:`MIN_JOBS` misses compiles serially: a fork and a round trip cost more than they
 save. A worker that fails or dies is reported in the log and its kernels compile in this
 process (where a real compile error then raises as usual).
+
+Background compiles (kernels a graph's first call runs in tier 0, :mod:`.tiered`) are
+*deferred*: queued when the graph is assembled and sent to the workers when that first call
+returns (:func:`release_deferred`), when a launch has to wait for one, or
+:data:`DEFER_S` after they were queued, whichever comes first. On a machine with as many
+workers as cores, workers compiling during the first call take the cores its tier-0
+kernels and library GEMMs run on (GPT-2's first-call launches: 0.06 s alone, 0.1-0.4 s
+beside the workers); the compiles lose no more than that call's duration.
 """
 from __future__ import annotations
 
@@ -36,6 +44,9 @@ MIN_JOBS = 3
 DEFAULT_MAX_WORKERS = 4
 #: seconds to wait for the workers' compiles of one graph before compiling here instead
 TIMEOUT_S = 900.0
+
+#: seconds a deferred background compile waits at most for the first call to return
+DEFER_S = 2.0
 
 _LOCK = threading.Lock()
 _POOL: concurrent.futures.ProcessPoolExecutor | None = None
@@ -78,6 +89,68 @@ def submit(root: Path, jobs: Sequence[tuple[str, tuple[str, ...]]]
             for source, signature in jobs}
 
 
+class _Deferred:
+    """Background compile jobs not yet sent to the workers: (our future, root, source,
+    signature) in submission order; each future takes the worker's result once sent."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[concurrent.futures.Future, Path, str, tuple[str, ...]]] = []
+        self.lock = threading.Lock()
+        self.timer: threading.Timer | None = None
+
+
+_DEFERRED = _Deferred()
+
+
+def submit_deferred(root: Path, jobs: Sequence[tuple[str, tuple[str, ...]]]
+                    ) -> dict[concurrent.futures.Future, str]:
+    """Like :func:`submit`, but the jobs reach the workers only at :func:`release_deferred`
+    (or :data:`DEFER_S` later); each future's result is the kernel's origin."""
+    futures = {}
+    with _DEFERRED.lock:
+        for source, signature in jobs:
+            future: concurrent.futures.Future = concurrent.futures.Future()
+            _DEFERRED.jobs.append((future, root, source, signature))
+            futures[future] = source
+        if _DEFERRED.timer is None and _DEFERRED.jobs:
+            _DEFERRED.timer = threading.Timer(DEFER_S, release_deferred)
+            _DEFERRED.timer.daemon = True
+            _DEFERRED.timer.start()
+    return futures
+
+
+def release_deferred() -> int:
+    """Send every deferred job to the workers (in the order queued); returns how many."""
+    with _DEFERRED.lock:
+        jobs, _DEFERRED.jobs = _DEFERRED.jobs, []
+        timer, _DEFERRED.timer = _DEFERRED.timer, None
+    if timer is not None:
+        timer.cancel()
+    if not jobs:
+        return 0
+    try:
+        pool = _pool(worker_count())
+        for future, root, source, signature in jobs:
+            _chain(pool.submit(_compile, str(root), source, signature), future)
+    except Exception as exc:  # noqa: BLE001 - no pool (shut down at exit, broken)
+        for future, *_ in jobs:  # a waiting launch then compiles the kernel here
+            if not future.done():
+                future.set_exception(exc)
+    return len(jobs)
+
+
+def _chain(source: concurrent.futures.Future, target: concurrent.futures.Future) -> None:
+    """Complete ``target`` with ``source``'s result or exception when it completes."""
+    def done(f: concurrent.futures.Future) -> None:
+        if f.cancelled():
+            target.cancel()
+        elif f.exception() is not None:
+            target.set_exception(f.exception())
+        else:
+            target.set_result(f.result())
+    source.add_done_callback(done)
+
+
 def collect(futures: dict[concurrent.futures.Future, str]) -> set[str]:
     """Wait for ``futures`` (from :func:`submit`); the sources a worker compiled. A
     failed job is logged (this process compiles it when it loads it)."""
@@ -118,6 +191,8 @@ def shutdown(stuck: bool = False, finish_sent: bool = False) -> None:
     ``finish_sent``: they first compile every job already sent (at exit: the kernels
     compiling in the background for tier-0 launches are the next process's warm cache)."""
     global _POOL, _POOL_WORKERS
+    if finish_sent:  # the deferred jobs count as sent: the next process's warm cache
+        release_deferred()
     with _LOCK:
         pool, _POOL, _POOL_WORKERS = _POOL, None, 0
     if pool is None:

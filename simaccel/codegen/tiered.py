@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from simaccel.codegen import numpy_lib
+from simaccel.codegen import compile_pool, numpy_lib
 from simaccel.errors import KernelIndexError
 from simaccel.guards.dynamo import megacache
 from simaccel.runtime import tiers
@@ -112,6 +112,7 @@ class TieredKernel:
         if self.compiled is None:
             if counted:
                 self.device.count("tier0_waits")
+            compile_pool.release_deferred()  # its compile may still be queued
             try:
                 if self.pending is not None:
                     self.pending.result(timeout=WAIT_S)

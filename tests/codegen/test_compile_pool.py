@@ -5,8 +5,10 @@ eager and counts its kernels as compiled, and a failing worker job leaves the ke
 this process (where its error raises as usual)."""
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -109,3 +111,63 @@ def test_a_graph_compiled_by_the_workers_equals_eager(monkeypatch):
     assert len(kernels) >= 3 and all(k.origin == "pool" for k in kernels), kernels
     stats = simaccel.get_device().runtime_stats()
     assert stats["kernels_compiled"] == len(kernels) and stats["kernel_launches"] > 0
+
+
+def test_background_compiles_wait_for_their_release(tmp_path, monkeypatch):
+    """Deferred jobs reach the workers at release_deferred, not before: the first call of
+    a graph runs its tier-0 kernels without workers taking its cores."""
+    monkeypatch.setenv("SIMACCEL_COMPILE_WORKERS", "2")
+    monkeypatch.setattr(compile_pool, "DEFER_S", 600.0)
+    jobs = [(_source(k + 10), SIG) for k in range(3)]
+    futures = compile_pool.submit_deferred(KernelCache(tmp_path).root, jobs)
+    assert sorted(futures.values()) == sorted(s for s, _ in jobs)
+    time.sleep(0.3)
+    assert not any(f.done() for f in futures) and not any(tmp_path.glob("sk_*.py"))
+    assert compile_pool.release_deferred() == 3
+    assert compile_pool.release_deferred() == 0  # nothing queued twice
+    done, _ = concurrent.futures.wait(futures, timeout=300)
+    assert len(done) == 3 and {f.result() for f in futures} == {"compiled"}
+    assert all(KernelCache(tmp_path).has(s, sig) for s, sig in jobs)
+
+
+def test_deferred_compiles_start_on_their_own_after_the_defer_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("SIMACCEL_COMPILE_WORKERS", "2")
+    monkeypatch.setattr(compile_pool, "DEFER_S", 0.05)
+    futures = compile_pool.submit_deferred(KernelCache(tmp_path).root, [(_source(20), SIG)])
+    done, _ = concurrent.futures.wait(futures, timeout=300)
+    assert len(done) == 1 and next(iter(done)).result() == "compiled"
+
+
+def test_a_graph_releases_its_background_compiles_when_its_first_call_returns(monkeypatch):
+    """The kernels a first call runs in tier 0 are queued while it runs and sent to the
+    workers after its last launch; a launch waiting for one (wait_for_kernels) releases
+    it too, so nothing waits on a compile never sent."""
+    monkeypatch.setenv("SIMACCEL_COMPILE_WORKERS", "2")
+    monkeypatch.setattr(compile_pool, "DEFER_S", 600.0)
+    scale = float(np.random.default_rng().integers(1 << 20)) + 0.75  # new kernel sources
+    device = simaccel.get_device()
+    device.reset_stats()
+    released = []
+    real_release = compile_pool.release_deferred
+
+    def release() -> int:
+        stats = device.runtime_stats()
+        released.append((len(compile_pool._DEFERRED.jobs), stats.get("tier0_launches", 0),
+                         stats["calls"]))
+        return real_release()
+    monkeypatch.setattr(compile_pool, "release_deferred", release)
+
+    def fn(x):
+        return (x * scale).sin().sum(-1), (x - scale).exp()
+
+    x = torch.randn(16, 8)
+    compiled = torch.compile(fn, backend="simaccel", dynamic=False,
+                             options={"lift": "off", "tier0": True})
+    for got, want in zip(compiled(x), fn(x)):
+        torch.testing.assert_close(got, want, **POINTWISE_TOL)
+    queued, tier0_launches, calls = released[0]
+    assert queued >= 1 and tier0_launches >= 1 and calls == 1, released
+    assert compile_pool._DEFERRED.jobs == []
+    assert simaccel.wait_for_kernels() >= 1
+    compiled(x)
+    assert device.runtime_stats()["kernels_compiled"] >= 1
