@@ -405,6 +405,20 @@ def format_memory_summary(stats: dict[str, int]) -> str:
     return "\n".join(lines)
 
 
+#: host alignment of the arena's first byte (bytes): a page, so that a block the allocator
+#: aligns to ``DeviceConfig.alignment`` within the arena is aligned that way in host memory
+#: too, as a device buffer is on hardware (numpy starts a large array 16 bytes into a page,
+#: which put every device buffer 16 bytes off a 64-byte line)
+ARENA_ALIGNMENT = 4096
+
+
+def _page_aligned(nbytes: int) -> np.ndarray:
+    """``nbytes`` uninitialised bytes starting at a multiple of :data:`ARENA_ALIGNMENT`."""
+    raw = np.empty(nbytes + ARENA_ALIGNMENT, dtype=np.uint8)
+    skip = -raw.__array_interface__["data"][0] % ARENA_ALIGNMENT
+    return raw[skip:skip + nbytes]  # the view keeps ``raw`` alive
+
+
 class DeviceMemory:
     """The device arena: ``capacity_bytes`` of host memory standing in for device DRAM.
 
@@ -425,7 +439,7 @@ class DeviceMemory:
         if self._arena is None:
             with self._lock:
                 if self._arena is None:
-                    self._arena = np.empty(self.capacity_bytes, dtype=np.uint8)
+                    self._arena = _page_aligned(self.capacity_bytes)
         return self._arena
 
     @property

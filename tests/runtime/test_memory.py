@@ -192,3 +192,20 @@ def test_device_memory_views():
         mem.view(2, np.float32, 1)
     with pytest.raises(SimAccelError, match="outside"):
         mem.view((1 << 30) - 8, np.float64, 2)
+
+
+def test_device_buffers_are_aligned_in_host_memory():
+    """The arena starts on a page, so an offset the allocator aligns is aligned in host
+    memory too (numpy alone starts a large array 16 bytes into a page)."""
+    for capacity in (1 << 20, (1 << 26) + 64):
+        mem = DeviceMemory(capacity)
+        assert mem.address % 4096 == 0 and mem.arena.nbytes == capacity
+        alloc = CachingAllocator(capacity, 64)
+        alloc.malloc(1000)
+        block = alloc.malloc(1000)  # the second: a nonzero offset
+        assert block.offset > 0
+        view = mem.view(block.offset, np.float32, 250)
+        assert view.__array_interface__["data"][0] % 64 == 0
+        view[:] = 1.0  # the last bytes of the arena are writable, none past it
+        mem.view(capacity - 8, np.float64, 1)[:] = 2.0
+        assert mem.arena[-8:].view(np.float64)[0] == 2.0
