@@ -26,6 +26,8 @@ import struct
 import threading
 from typing import Any, Callable
 
+import numpy as np
+
 from simaccel.errors import KernelIndexError, SimAccelError
 
 #: bump when the entry ABI or the file layout changes.
@@ -283,6 +285,9 @@ class NativeKernel:
     def __init__(self, engine: Any, address: int, signature: tuple[str, ...]):
         self._engine = engine  # owns the code
         self._dtypes = [array_dtype(a) for a in signature if array_dtype(a)]
+        #: the same as numpy dtypes: compared per argument at every bind (numpy's
+        #: ``dtype.name`` is a Python property, ~4 us a call)
+        self._np_dtypes = [np.dtype(d) for d in self._dtypes]
         self._nargs = len(signature)
         self._address = address
         self._fn = ctypes.CFUNCTYPE(ctypes.c_int32)(address)  # arguments come as ctypes
@@ -327,10 +332,9 @@ class NativeKernel:
             if k >= len(self._dtypes):
                 c_args.append(ctypes.c_int64(int(arg)))
                 continue
-            dtype = self._dtypes[k]
-            if arg.dtype.name != dtype or arg.ndim != 1 or not arg.flags.c_contiguous:
-                raise TypeError(f"kernel expects a flat C-contiguous {dtype} array, got "
-                                f"{arg.dtype.name} of shape {arg.shape}")
+            if arg.dtype != self._np_dtypes[k] or arg.ndim != 1 or not arg.flags.c_contiguous:
+                raise TypeError(f"kernel expects a flat C-contiguous {self._dtypes[k]} array, "
+                                f"got {arg.dtype.name} of shape {arg.shape}")
             address = addresses[k] if addresses is not None else None
             c_args += [ctypes.c_void_p(arg.ctypes.data if address is None else address),
                        ctypes.c_int64(arg.shape[0])]

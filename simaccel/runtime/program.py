@@ -43,6 +43,12 @@ __all__ = ["BufferDecl", "HostStep", "InputPlan", "LaunchStep", "OutputDecl", "P
            "Program", "ProgramSpec"]
 
 
+#: a workspace outgrown by a call is replaced by one this many times what it needs (if
+#: there is room): sizes that grew (a KV cache) grow again, and a replacement drops every
+#: binding
+WORKSPACE_GROWTH = 1.5
+
+
 class Program:
     """Runs a :class:`ProgramSpec` on a :class:`Device`. Calls are serialised per program
     (its resident constant bank is shared state); different programs run concurrently.
@@ -231,17 +237,20 @@ class Program:
         larger one); under memory pressure the device asks idle programs to give theirs
         back before it reports out-of-memory."""
         block = self._state.workspace
+        grown = None
         if block is not None and block.size < nbytes:
+            grown = int(nbytes * WORKSPACE_GROWTH)
             self._state.allocator.free(block)
             self._state.workspace = block = None
             self._bound.clear()
         if block is None:
             # One OOM is counted only if the request fails after idle programs gave back
             # their workspaces, as PyTorch counts one per OOM raised to the user.
-            block = self.device.allocator.try_malloc(nbytes)
+            allocator = self.device.allocator
+            block = (grown and allocator.try_malloc(grown)) or allocator.try_malloc(nbytes)
             if block is None:
                 self.device.release_idle_workspaces(keep=self)
-                block = self.device.allocator.malloc(nbytes)
+                block = allocator.malloc(nbytes)
             self._state.workspace = block
         return block
 

@@ -251,3 +251,27 @@ def test_a_resident_input_of_a_new_size_gives_its_old_block_back():
         allocated.append(device.memory_stats()["allocated_bytes.all.current"])
     assert allocated[0] == allocated[2] == allocated[4] < allocated[1] == allocated[3]
     assert device.runtime_stats()["host_fallback_ops"] == 0
+
+
+def test_a_growing_kv_cache_replaces_its_workspace_a_few_times():
+    """Each decode step needs a slightly larger workspace; an outgrown one is replaced
+    with headroom (WORKSPACE_GROWTH), so 30 growing steps allocate a handful of
+    workspaces, not one per step, and every step equals eager."""
+    torch.manual_seed(0)
+    layer = CachedAttention()
+    calls = _decode_grow(layer, 32)[1:]
+    torch._dynamo.reset()
+    device = simaccel.get_device()
+    compiled = torch.compile(layer.grow, backend="simaccel")
+    blocks: dict[str, set] = {}
+    with torch.no_grad():
+        for args in calls:
+            for got, want in zip(compiled(*args), layer.grow(*args)):
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+            for p in device.programs():
+                if p._state.workspace is not None:
+                    block = p._state.workspace
+                    blocks.setdefault(p.spec.name, set()).add((block.offset, block.size))
+    dynamic = _program_of(simaccel.reports()[-1])
+    assert dynamic.spec.symbols and 1 < len(blocks[dynamic.spec.name]) <= 10, blocks
+    assert device.runtime_stats()["host_fallback_ops"] == 0
