@@ -142,6 +142,8 @@ def release_deferred() -> int:
 def _chain(source: concurrent.futures.Future, target: concurrent.futures.Future) -> None:
     """Complete ``target`` with ``source``'s result or exception when it completes."""
     def done(f: concurrent.futures.Future) -> None:
+        if target.done():  # failed already (the pool broke while the jobs were sent)
+            return
         if f.cancelled():
             target.cancel()
         elif f.exception() is not None:
