@@ -171,3 +171,26 @@ def test_a_graph_releases_its_background_compiles_when_its_first_call_returns(mo
     assert simaccel.wait_for_kernels() >= 1
     compiled(x)
     assert device.runtime_stats()["kernels_compiled"] >= 1
+
+
+def test_a_first_call_that_raises_still_releases_its_background_compiles(monkeypatch):
+    """A first call stopped by an out-of-range index (raised by the kernel's tier-0 form)
+    sends its queued compiles to the workers all the same; the next call equals eager on
+    the compiled kernels."""
+    from simaccel.errors import KernelIndexError
+    monkeypatch.setenv("SIMACCEL_COMPILE_WORKERS", "2")
+    monkeypatch.setattr(compile_pool, "DEFER_S", 600.0)
+    scale = float(np.random.default_rng().integers(1 << 20)) + 0.375  # new kernel sources
+
+    def fn(w, i):
+        return (torch.index_select(w, 0, i) * scale).exp().sum(-1)
+
+    w, good, bad = torch.randn(10, 4) * 0.1, torch.tensor([3, 1, 9]), torch.tensor([3, 12, 9])
+    compiled = torch.compile(fn, backend="simaccel", dynamic=False,
+                             options={"lift": "off", "tier0": True})
+    with torch.no_grad(), pytest.raises(KernelIndexError):
+        compiled(w, bad)
+    assert compile_pool._DEFERRED.jobs == []
+    assert simaccel.wait_for_kernels() >= 1
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(w, good), fn(w, good), **POINTWISE_TOL)
