@@ -10,6 +10,8 @@ Zero-byte buffers occupy nothing and are placed at offset 0.
 """
 from __future__ import annotations
 
+import functools
+
 import random
 
 from dataclasses import dataclass, field
@@ -56,11 +58,17 @@ class MemoryPlan:
     offsets: dict[str, int]
     sizes: dict[str, int]
     total_bytes: int
-    lower_bound_bytes: int
     naive_bytes: int
     alignment: int
     strategy: str = "greedy_by_size"
     buffers: tuple[PlanBuffer, ...] = field(default=(), repr=False)
+
+    @functools.cached_property
+    def lower_bound_bytes(self) -> int:
+        """Max over steps of the live buffers' sizes (bytes); no plan can beat it. Worked
+        out when asked: reports and tests read it, and a dynamic program re-stacks its
+        plan at every new size tuple (a decode step) without needing it."""
+        return _lower_bound(list(self.buffers), self.sizes)
 
     def summary(self) -> str:
         """One line: total vs lower bound vs naive (bytes)."""
@@ -169,8 +177,7 @@ def plan_memory(buffers: list[PlanBuffer], alignment: int) -> MemoryPlan:
             offsets[b.name] = 0 if sizes[b.name] == 0 else cursor
             cursor += sizes[b.name]
         total, strategy = naive, "naive"
-    return MemoryPlan(offsets=offsets, sizes=sizes, total_bytes=total,
-                      lower_bound_bytes=_lower_bound(list(buffers), sizes), naive_bytes=naive,
+    return MemoryPlan(offsets=offsets, sizes=sizes, total_bytes=total, naive_bytes=naive,
                       alignment=alignment, strategy=strategy, buffers=tuple(buffers))
 
 
@@ -206,6 +213,5 @@ class StackedPlan:
             tops.append(base + size)
         total = max(tops, default=0)
         return MemoryPlan(offsets=offsets, sizes=sizes, total_bytes=total,
-                          lower_bound_bytes=_lower_bound(list(self.buffers), sizes),
                           naive_bytes=sum(sizes.values()), alignment=alignment,
                           strategy="stacked", buffers=self.buffers)
