@@ -168,21 +168,12 @@ class StaticViews:
     def host_array(self, index: int, t: Any) -> tuple[Any, int]:
         """(host array, data address) of ``t``, the input at ``index`` (its kept view, or
         a new one if another tensor, address, size or strides came)."""
-        kept = self._kept.get(index)
-        if kept is not None and kept[0] is t:
-            ptr = t.data_ptr()
-            if kept[1] == ptr and (not self._dynamic or (kept[2] == t.shape
-                                                         and kept[3] == t.stride())):
-                return kept[4], ptr
-        if not isinstance(t, torch.Tensor):
-            return _host_array(t), 0
-        ptr = t.data_ptr()
-        view = _host_array(t)
-        self._kept[index] = [t, ptr, t.shape, t.stride(), view, next(_VIEW_TOKENS), None]
-        return view, ptr
+        host: dict[int, Any] = {}
+        ptrs: dict[int, int] = {}
+        self.host_arrays([index], {index: t}, host, ptrs)
+        return host[index], ptrs[index]
 
-    def host_arrays(self, indices: list[int], args: list[Any], host: list[Any],
-                    ptrs: list[int]) -> None:
+    def host_arrays(self, indices: list[int], args: Any, host: Any, ptrs: Any) -> None:
         """:meth:`host_array` of ``args[i]`` into ``host[i]`` and ``ptrs[i]`` for each of
         ``indices`` (a kept view found inline: this runs for every static input of every
         call)."""
@@ -197,7 +188,16 @@ class StaticViews:
                                                        and kept[3] == t.stride())):
                     host[i], ptrs[i] = kept[4], ptr
                     continue
-            host[i], ptrs[i] = self.host_array(i, t)
+            host[i], ptrs[i] = self._keep(i, t)
+
+    def _keep(self, index: int, t: Any) -> tuple[Any, int]:
+        """A new view of ``t`` at ``index``, kept for the next calls (a tensor)."""
+        if not isinstance(t, torch.Tensor):
+            return _host_array(t), 0
+        ptr = t.data_ptr()
+        view = _host_array(t)
+        self._kept[index] = [t, ptr, t.shape, t.stride(), view, next(_VIEW_TOKENS), None]
+        return view, ptr
 
     def content_key(self, index: int, t: Any) -> tuple:
         """(token, version) of ``t``, whose view :meth:`host_array` kept this call."""

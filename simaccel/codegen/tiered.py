@@ -150,4 +150,3 @@ class TieredKernel:
                 and self.ready():
             return getattr(self.compiled, name)
         raise AttributeError(name)
-

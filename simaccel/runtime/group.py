@@ -127,4 +127,3 @@ def bind_launch(fn: Callable[..., Any], args: list[Any],
     if bind is None:
         return functools.partial(fn, *args)
     return bind(*args, addresses=addresses) if addresses is not None else bind(*args)
-

@@ -11,7 +11,6 @@ Zero-byte buffers occupy nothing and are placed at offset 0.
 from __future__ import annotations
 
 import functools
-
 import random
 
 from dataclasses import dataclass, field
