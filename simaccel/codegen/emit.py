@@ -109,6 +109,14 @@ def const_source(value, dtype: str) -> str:
     return f"np.{dtype}({int(value)})"
 
 
+def has_fast_trig(expr: Op) -> bool:
+    """Whether ``expr`` is a sin/cos with a vectorisable float32 helper (16-bit floats
+    compute as float32 in kernels, so theirs too: on libm a bfloat16 chain with a sin ran
+    8x slower than the float32 one)."""
+    return expr.name in scalar_ops.RANGE_CHECKED and len(expr.args) == 1 \
+        and compute_dtype(expr.args[0].dtype) == "float32"
+
+
 #: the kernel-local count of arguments outside a fast helper's exact range.
 RANGE_FLAG = "wide_args"
 #: the count of out-of-range gather/scatter indices a kernel met (see with_index_check)
@@ -165,7 +173,7 @@ class BodyEmitter:
         if isinstance(expr, Op):
             args = [self.value(a) for a in expr.args]
             dtypes = [a.dtype for a in expr.args]
-            if self.fast_trig and expr.name in scalar_ops.RANGE_CHECKED and dtypes == ["float32"]:
+            if self.fast_trig and has_fast_trig(expr):
                 return self._range_checked(expr, args[0])
             src = scalar_ops.render(expr.name, args, dtypes, expr.dtype)
             return self._new(f"{dtype_ctor(expr.dtype)}({src})")

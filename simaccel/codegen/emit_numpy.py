@@ -24,7 +24,7 @@ from simaccel.codegen import numpy_lib
 from simaccel.codegen import scalar_ops
 from simaccel.codegen.dtypes import HALF_DTYPES, compute_dtype
 from simaccel.codegen.emit import (BodyEmitter, accumulator_slot, accumulators, dtype_ctor,
-                                   kernel_args, reduce_init, store_source)
+                                   has_fast_trig, kernel_args, reduce_init, store_source)
 from simaccel.codegen.emit_rows import row_args
 from simaccel.codegen.ir import Op, PointwiseKernel, ReductionKernel, RowKernel, buffers_read
 from simaccel.codegen.sizes import source
@@ -133,8 +133,7 @@ class ArrayBodyEmitter(BodyEmitter):
             return self._new(f"lib.checked_index({index}, {size})")
         if isinstance(expr, Op) and expr.name == "fma" and expr.dtype == "float64":
             raise Unsupported("a float64 fused multiply-add cannot be rounded once in numpy")
-        if isinstance(expr, Op) and expr.name in scalar_ops.RANGE_CHECKED \
-                and [a.dtype for a in expr.args] == ["float32"]:
+        if isinstance(expr, Op) and has_fast_trig(expr):
             # the numba kernel's fast polynomial, with its exact rerun built in
             arg = self.value(expr.args[0])
             return self._new(f"np.float32({scalar_ops.RANGE_CHECKED[expr.name]}({arg}))")

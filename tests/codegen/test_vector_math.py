@@ -161,3 +161,15 @@ def test_float64_sin_keeps_libm() -> None:
     result = check(torch.sin, x)
     source = pathlib.Path(result.reports[0].kernels[0].path).read_text()
     assert "lib.vsin" not in source
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_float_sin_cos_use_the_fast_helpers(dtype: torch.dtype) -> None:
+    """16-bit floats compute as float32 in kernels, so they take the vectorisable helper
+    too (a bfloat16 chain with sin ran 8x slower on libm), huge arguments included:
+    tolerance of one 16-bit rounding step (2**-8 relative for bfloat16)."""
+    x = _wide_input(4096).to(dtype)  # eager rounds between ops, kernels once at the store
+    result = check(lambda x: (x.sin(), x.cos() + 1.0), x, rtol=1e-2, atol=1e-2)
+    sources = [pathlib.Path(k.path).read_text() for r in result.reports for k in r.kernels]
+    assert all("lib.vsin" in s or "lib.vcos" in s for s in sources)
+    assert all("np.sin" in s or "np.cos" in s for s in sources)  # the exact rerun
