@@ -72,16 +72,27 @@ class CompiledGraph:
         #: resident inputs the program writes in place: their device copy is the new value
         #: after a call, still valid at the next if their version moved by that one bump
         self._resident_written = program.resident_written
+        #: every output a tensor the program writes, no resident input and no input
+        #: write-back: a call is the arrays in, the outputs made, the program run (a
+        #: pointwise or inference graph on activations; ~0.5 us less per call)
+        self._plain = not (self.resident or self._writebacks or host_outputs) \
+            and self._outputs.all_tensors
 
     def __call__(self, args: list[Any]) -> list[Any]:
         host_arrays = self._host_arrays
         if host_arrays is None or host_arrays.count != len(args):
             return self._first_call(args)
         host_args, data_ptrs = host_arrays(args)
-        keys = {i: self._content_key(i, args[i]) for i in self.resident} \
-            if self.resident else None
         layout = self.program.layout_for(host_args)
         makers, scalars = self._outputs.at(layout.sizes)
+        if self._plain:
+            outputs = [make() for make in makers]
+            self.program.run(host_args, [_numpy_view(o) for o in outputs], None, data_ptrs,
+                             layout)
+            args.clear()
+            return outputs
+        keys = {i: self._content_key(i, args[i]) for i in self.resident} \
+            if self.resident else None
         outputs = [None if make is None else make() for make in makers]
         hosts = [None if o is None else _numpy_view(o) for o in outputs]
         if self._writebacks:
@@ -317,6 +328,8 @@ class HostOutputs:
         exprs += [runtime_size(metas[k]) for k in self._scalar_outputs]
         self._evaluate = SizeFunction(symbols, exprs)
         self._cache: dict[tuple[int, ...], tuple[list, dict[int, int]]] = {}
+        #: every output is a tensor the program writes (a maker for each)
+        self.all_tensors = all(m is not None for m in self._metas)
 
     def at(self, sizes: tuple[int, ...]) -> tuple[list[Callable[[], torch.Tensor] | None],
                                                   dict[int, int]]:
