@@ -11,8 +11,8 @@ import torch
 import torch.fx
 
 from simaccel.codegen import compile_pool
-from simaccel.codegen.dtypes import (BANK_TORCH_DTYPES, NUMPY_TORCH_DTYPES, PLAIN_TORCH_DTYPES,
-                                     byte_view)
+from simaccel.codegen.dtypes import (BANK_TORCH_DTYPES, NUMPY_TORCH_DTYPES,
+                                     PLAIN_HALF_TORCH_DTYPES, PLAIN_TORCH_DTYPES, byte_view)
 from simaccel.codegen.ir import contiguous_strides, dense_strides
 from simaccel.codegen.size_args import runtime_size, runtime_sizes
 from simaccel.codegen.sizes import is_symbolic
@@ -265,6 +265,10 @@ class HostArrays:
             a = args[i]
             if type(a) is torch.Tensor and not a.requires_grad and a.dtype in PLAIN_TORCH_DTYPES:
                 host[i] = a.numpy()
+                ptrs[i] = a.data_ptr()
+            elif type(a) is torch.Tensor and not a.requires_grad \
+                    and a.dtype in PLAIN_HALF_TORCH_DTYPES:  # mixed-precision activations
+                host[i] = a.view(torch.int16).numpy()
                 ptrs[i] = a.data_ptr()
             elif not _is_number(a):
                 host[i], ptrs[i] = _general_host_array(a)

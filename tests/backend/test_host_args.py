@@ -39,6 +39,19 @@ def test_zero_d_tensors_outside_the_bank_stay_arrays() -> None:
     assert host[0].view(np.float16) == 1.5
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_float_inputs_pass_as_views_of_their_bits(dtype) -> None:
+    """A mixed-precision activation takes the per-call fast path: an int16 view of the
+    caller's memory (no copy), its own address, a strided one keeps its strides."""
+    x = torch.linspace(-3, 3, 12, dtype=dtype).reshape(3, 4)
+    for t in (x, x.t()):
+        host, ptrs = HostArrays(1, frozenset())([t])
+        assert host[0].dtype == np.int16 and host[0].shape == tuple(t.shape)
+        assert host[0].strides == tuple(s * 2 for s in t.stride())
+        assert ptrs[0] == t.data_ptr() == host[0].__array_interface__["data"][0]
+        assert torch.equal(torch.from_numpy(host[0].copy()).view(dtype), t)
+
+
 def test_a_static_address_input_keeps_its_view_while_it_is_the_same_memory() -> None:
     """StaticViews: the same tensor at the same address, sizes and strides reuses its
     view (so it sees in-place updates); another tensor, or the same one re-pointed by
