@@ -125,6 +125,13 @@ def test_targets_are_computed_from_same_run_baselines():
     assert abs(retrace.value - 1.2) < 1e-9 and retrace.met is True
     guard = found["simaccel guard check lifted / lift='off'"]
     assert abs(guard.value - 1.1) < 1e-9 and guard.met is False
+    # the lifted record's same-round timings of both frames win over the two records'
+    lifted = same.get("guard/3_scalars[default]", "simaccel")
+    lifted.extra.update(guard_check_same_rounds_s=0.9e-6, guard_check_off_same_rounds_s=1e-6,
+                        call_same_rounds_s=3.3e-5, call_off_same_rounds_s=3e-5)
+    found_same = {t.name: t for t in targets(same)}
+    assert abs(found_same["simaccel guard check lifted / lift='off'"].value - 0.9) < 1e-9
+    assert abs(found_same["simaccel lifted frame call / lift='off'"].value - 1.1) < 1e-9
     assert found["simaccel chain8 / eager (full size)"].value == 7e-3 / 16e-3
     assert found["simaccel chain8 / eager (full size)"].met is True
     # quick sizes measure per-call overhead, not kernels: no verdict from them

@@ -249,11 +249,13 @@ def targets(result: BenchResult) -> list[Target]:
                              "simaccel", den_key=f"compile/megacache_warm_{MODEL_WORKLOAD}"),
                1.3, _megacache_note(result)),
         Target("simaccel lifted frame call / lift='off'",
+               _same_rounds_ratio(result, "call") or
                _median_ratio(result, "guard/3_scalars[default]", "simaccel", "simaccel",
                              den_key="guard/3_scalars[lift_off]"), 1.15,
-               "(3 scalars, dynamic=False: steady call, tiny graph)"),
+               "(3 scalars, dynamic=False: steady call, tiny graph; same rounds)"),
         Target("simaccel guard check lifted / lift='off'", _guard_check_ratio(result), 1.0,
-               "(3 scalars, dynamic=False: type guards + NaN/slot checks vs value guards)"),
+               "(3 scalars, dynamic=False: type guards + NaN/slot checks vs value guards; "
+               "same rounds)"),
         *_kernel_targets(result),
         *_optim_targets(result),
         *_shape_targets(result),
@@ -320,9 +322,22 @@ def _shape_targets(result: BenchResult) -> list[Target]:
     return out
 
 
+def _same_rounds_ratio(result: BenchResult, what: str) -> float | None:
+    """``what`` ("call" or "guard_check") of the lifted frame over the lift="off" frame,
+    timed in the same rounds (``None`` where the lifted record lacks them)."""
+    lifted = result.get("guard/3_scalars[default]", "simaccel")
+    x = lifted.extra if lifted else {}
+    a, b = x.get(f"{what}_same_rounds_s"), x.get(f"{what}_off_same_rounds_s")
+    return a / b if a and b else None
+
+
 def _guard_check_ratio(result: BenchResult) -> float | None:
     """Guard evaluation of the lifted frame over the same frame compiled with
-    ``lift="off"`` (Dynamo's value guards), both with simaccel's device guards."""
+    ``lift="off"`` (Dynamo's value guards), both with simaccel's device guards: timed in
+    the same rounds where the lifted record has them, else the two records' own."""
+    same = _same_rounds_ratio(result, "guard_check")
+    if same is not None:
+        return same
     lifted = result.get("guard/3_scalars[default]", "simaccel")
     off = result.get("guard/3_scalars[lift_off]", "simaccel")
     if not (lifted and off):

@@ -359,5 +359,35 @@ def measure_guard(backend: str, variant: str, cfg: BenchConfig) -> Record:
         times = measure.time_batches(compiled, args, cfg.batches, batch)
     f_locals = dict(zip(("x", "a", "b", "n"), args))
     check_s = measure.guard_check_seconds(fn, f_locals) if backend != "eager" else None
-    return Record("guard", scenario, backend, measure.median(times), len(times),
-                  {"guard_check_s": check_s, "graphs": measure.graphs_compiled()})
+    extra = {"guard_check_s": check_s, "graphs": measure.graphs_compiled()}
+    if backend == "simaccel" and variant == "default":
+        extra.update(_lift_off_same_rounds(compiled, fn, args, cfg.batches))
+    return Record("guard", scenario, backend, measure.median(times), len(times), extra)
+
+
+def _lift_off_same_rounds(compiled: Callable, fn: Callable, args: tuple,
+                          rounds: int) -> dict[str, float | None]:
+    """The lifted frame's steady call and guard check, and the same frame's with
+    ``lift="off"`` (compiled on a copy of the code, so Dynamo keeps both entries), timed
+    in alternating rounds: a ~2 us guard check timed in separate records on the shared
+    machine gave lifted/off ratios of 0.6-1.9. Returns the medians (seconds):
+    ``call_same_rounds_s``, ``call_off_same_rounds_s``, ``guard_check_same_rounds_s``
+    and ``guard_check_off_same_rounds_s``."""
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, "guard_lift_off",
+                              fn.__defaults__, fn.__closure__)
+    off = measure.compile_for(copy, "simaccel", dynamic=False, options=guard_options("lift_off"))
+    off(*args)
+    off(*args)
+    calls = _same_rounds((compiled, args, measure.batch_size_for(compiled, args)),
+                         (off, args, measure.batch_size_for(off, args)), rounds)
+    f_locals = dict(zip(("x", "a", "b", "n"), args))
+    checks: tuple[list[float], list[float]] = ([], [])
+    for r in range(max(rounds, 5)):
+        for k in ((0, 1) if r % 2 == 0 else (1, 0)):
+            seconds = measure.guard_check_seconds((fn, copy)[k], f_locals, repeats=1)
+            if seconds is not None:
+                checks[k].append(seconds)
+    return {"call_same_rounds_s": measure.median(calls[0]),
+            "call_off_same_rounds_s": measure.median(calls[1]),
+            "guard_check_same_rounds_s": measure.median(checks[0]),
+            "guard_check_off_same_rounds_s": measure.median(checks[1])}

@@ -34,6 +34,8 @@ def test_quick_bench_writes_json_and_png(tmp_path):
     assert changed["steady_median_s"] > 0
     assert data["results"]["dynamo_eager"]["scalar/float_arg[dynamic=False]"]["recompiles"] > 0
     assert data["results"]["simaccel"]["steady/tiny_x*2+1_16"]["ratio_baseline"] == "dynamo_eager"
+    lifted = data["results"]["simaccel"]["guard/3_scalars[default]"]
+    assert lifted["guard_check_same_rounds_s"] > 0 and lifted["call_off_same_rounds_s"] > 0
     assert {t["name"] for t in data["targets"]} and data["meta"]["quick"] is True
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
