@@ -268,7 +268,7 @@ class HostArrays:
                 ptrs[i] = a.data_ptr()
             elif type(a) is torch.Tensor and not a.requires_grad \
                     and a.dtype in PLAIN_HALF_TORCH_DTYPES:  # mixed-precision activations
-                host[i] = a.view(torch.int16).numpy()
+                host[i] = byte_view(a).numpy()
                 ptrs[i] = a.data_ptr()
             elif not _is_number(a):
                 host[i], ptrs[i] = _general_host_array(a)

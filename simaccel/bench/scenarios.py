@@ -197,12 +197,22 @@ def measure_tiny(backend: str, cfg: BenchConfig) -> Record:
 def _same_rounds(ours: tuple, theirs: tuple, rounds: int) -> tuple[list[float], list[float]]:
     """Seconds per call of a batch of each ``(fn, args, calls per batch)`` per round,
     which of the two goes first alternating by round."""
-    out: tuple[list[float], list[float]] = ([], [])
+    def timer(fn: Callable, args: tuple, batch: int) -> Callable[[], float]:
+        return lambda: measure.time_batches(fn, args, 1, batch)[0]
     with measure.quiet_gc():
-        for r in range(rounds):
-            for k in ((0, 1) if r % 2 == 0 else (1, 0)):
-                fn, args, batch = (ours, theirs)[k]
-                out[k].extend(measure.time_batches(fn, args, 1, batch))
+        return _alternating(timer(*ours), timer(*theirs), rounds)
+
+
+def _alternating(first: Callable[[], float | None], second: Callable[[], float | None],
+                 rounds: int) -> tuple[list[float], list[float]]:
+    """Each timing (seconds; None: no figure) once per round, which of the two goes first
+    alternating by round, so both see the same load."""
+    out: tuple[list[float], list[float]] = ([], [])
+    for r in range(rounds):
+        for k in ((0, 1) if r % 2 == 0 else (1, 0)):
+            seconds = (first, second)[k]()
+            if seconds is not None:
+                out[k].append(seconds)
     return out
 
 
@@ -381,12 +391,9 @@ def _lift_off_same_rounds(compiled: Callable, fn: Callable, args: tuple,
     calls = _same_rounds((compiled, args, measure.batch_size_for(compiled, args)),
                          (off, args, measure.batch_size_for(off, args)), rounds)
     f_locals = dict(zip(("x", "a", "b", "n"), args))
-    checks: tuple[list[float], list[float]] = ([], [])
-    for r in range(max(rounds, 5)):
-        for k in ((0, 1) if r % 2 == 0 else (1, 0)):
-            seconds = measure.guard_check_seconds((fn, copy)[k], f_locals, repeats=1)
-            if seconds is not None:
-                checks[k].append(seconds)
+    checks = _alternating(lambda: measure.guard_check_seconds(fn, f_locals, repeats=1),
+                          lambda: measure.guard_check_seconds(copy, f_locals, repeats=1),
+                          max(rounds, 5))
     return {"call_same_rounds_s": measure.median(calls[0]),
             "call_off_same_rounds_s": measure.median(calls[1]),
             "guard_check_same_rounds_s": measure.median(checks[0]),

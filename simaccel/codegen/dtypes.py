@@ -72,7 +72,7 @@ def storage_dtype(dtype: str) -> str:
 TORCH_STORAGE_VIEWS = {getattr(torch, name): getattr(torch, storage)
                        for name, storage in STORAGE_DTYPES.items() if hasattr(torch, name)}
 #: the real 16-bit float dtypes, never conjugate or negative views: the per-call fast path
-#: views them as int16 and takes ``.numpy()`` of that
+#: takes ``.numpy()`` of their :func:`byte_view`
 PLAIN_HALF_TORCH_DTYPES = frozenset({torch.bfloat16, torch.float16})
 
 
