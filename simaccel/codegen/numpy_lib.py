@@ -240,7 +240,8 @@ def _as_int32(x):
 
 
 def _expf(x):
-    xc = np.minimum(np.maximum(x, f32(-104.0)), f32(89.0))
+    under = x < f32(-104.0)  # rounds to 0: computed as exp(0), no denormals (kernel_lib)
+    xc = np.where(under, f32(0.0), np.minimum(x, f32(89.0)))
     fx = (xc * f32(1.44269504088896341) + f32(12582912.0)) - f32(12582912.0)
     r = xc - fx * f32(0.693359375) - fx * f32(-2.12194440e-4)
     z = r * r
@@ -253,6 +254,7 @@ def _expf(x):
     s1 = _as_float32((n1 + i32(127)) << i32(23))
     s2 = _as_float32((n - n1 + i32(127)) << i32(23))
     out = np.where(x > f32(88.72283905206835), f32(np.inf), y * s1 * s2)
+    out = np.where(under, f32(0.0), out)
     return np.where(x != x, x, out)
 
 
