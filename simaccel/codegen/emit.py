@@ -9,10 +9,11 @@ source runs as plain Python under ``NUMBA_DISABLE_JIT=1``.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from simaccel.codegen import scalar_ops
 from simaccel.codegen.dtypes import HALF_DTYPES, compute_dtype, is_float
+from simaccel.codegen.lib_version import HELPERS_DIGEST
 from simaccel.codegen.ir import (Const, Expr, ExternKernel, IndexValue, Load, Op, PointwiseKernel,
                                  ReductionKernel, StructuralKeys, buffers_read,
                                  contiguous_strides)
@@ -67,6 +68,7 @@ def parallel_loop(numel: Any, exprs: list[Expr]) -> bool:
 
 
 HEADER = (
+    f"# kernel helpers {HELPERS_DIGEST}\n"  # a helper change makes a new module (lib_version)
     "import math\n"
     "import numba\n"
     "import numpy as np\n"
@@ -389,11 +391,14 @@ def _reduction_nest(k: ReductionKernel, parallel: bool,
 
 
 def reduction_body(k: ReductionKernel, indent: str, fast_trig: bool,
-                   prefix: str = "") -> tuple[list[str], bool]:
+                   prefix: str = "", side_stores: Sequence[Any] = ()
+                   ) -> tuple[list[str], bool]:
     """The statements of a reduction (and its siblings) for one output element, its
     output indices set (at ``indent``): accumulators, the reduced loops, the stores; and
     whether a fast helper's range check can fire. ``prefix`` names its temps and
-    accumulators apart from other stages of a row kernel."""
+    accumulators apart from other stages of a row kernel; ``side_stores``
+    (:class:`~simaccel.codegen.row_reuse.SideStore`) are values of the body the reduced
+    loop also stores, for a later stage of its row kernel."""
     lines: list[str] = []
     red_lines, inner = loop_nest(k.red_index, k.red_shape, False, indent)
     body = BodyEmitter(inner, fast_trig, prefix=f"{prefix}t")
@@ -404,6 +409,10 @@ def reduction_body(k: ReductionKernel, indent: str, fast_trig: bool,
         v = body.value(part.body)
         combine += [inner + line for line in
                     _combine(part.reduce_op, v, dtype_ctor(part.acc_dtype), acc)]
+    for side in side_stores:
+        v = body.value(side.value)
+        combine.append(f"{inner}{side.buffer}[{index_source(side.offset)}] = "
+                       f"{store_source(v, side.value.dtype)}")
     is_arg = k.reduce_op in ("argmax", "argmin")  # never fused (see fusion.py)
     if is_arg:
         lines += [f"{indent}arg = 0", f"{indent}ridx = 0"]

@@ -14,6 +14,7 @@ from typing import Any
 from simaccel.codegen.emit import (PARALLEL_WORK, element_work, kernel_module, loop_nest,
                                    parallel_loop, pointwise_body, reduction_body, split_flat)
 from simaccel.codegen.ir import ReductionKernel, RowKernel, buffers_read
+from simaccel.codegen.row_reuse import plan_reuse, rewritten_stage
 from simaccel.codegen.sizes import hint, source
 
 ROW = "o"
@@ -58,11 +59,14 @@ def _row_nest(k: RowKernel, parallel: bool, fast_trig: bool) -> tuple[list[str],
     indent = "        "
     checked = False
     row_vars: dict[str, str] = {}
+    reuse = plan_reuse(k)  # a costly value computed once per element, not per pass
     for n, stage in enumerate(k.stages):
         prefix = f"s{n}"
+        stage = rewritten_stage(stage, n, reuse)
         if isinstance(stage, ReductionKernel):
             split = split_flat(ROW, stage.out_index, stage.out_loop_shape, indent)
-            body, flag = reduction_body(stage, indent, fast_trig, prefix)
+            body, flag = reduction_body(stage, indent, fast_trig, prefix,
+                                        reuse.side_stores.get(n, ()))
         else:
             rows = len(stage.index) - len(k.inner)
             split = split_flat(ROW, stage.index[:rows], stage.shape[:rows], indent)

@@ -185,27 +185,27 @@ class _Geometry:
         return flat_offset(offset, self.outer + self.inner, self.outer_shape + self.inner_shape)
 
 
-def _sources(shape: tuple) -> tuple[str, ...]:
+def sources(shape: tuple) -> tuple[str, ...]:
     return tuple(source(s) for s in shape)
 
 
-def _reduction_geometry(k: ReductionKernel) -> _Geometry:
-    return _Geometry(tuple(k.out_index), _sources(k.out_loop_shape), tuple(k.red_index),
-                     _sources(k.red_shape))
+def reduction_geometry(k: ReductionKernel) -> _Geometry:
+    return _Geometry(tuple(k.out_index), sources(k.out_loop_shape), tuple(k.red_index),
+                     sources(k.red_shape))
 
 
-def _pointwise_geometry(k: PointwiseKernel, rows: str, inner: tuple[str, ...]
+def pointwise_geometry(k: PointwiseKernel, rows: str, inner: tuple[str, ...]
                         ) -> _Geometry | None:
     """``k``'s loop split into ``rows`` rows of the ``inner`` extent, or None."""
     n = len(inner)
-    shape = _sources(k.shape)
+    shape = sources(k.shape)
     if len(shape) <= n or shape[len(shape) - n:] != inner or \
             source(prod(k.shape[:len(shape) - n])) != rows:
         return None
     return _Geometry(tuple(k.index[:-n]), shape[:-n], tuple(k.index[-n:]), inner)
 
 
-def _joins_as_pointwise(step: Any) -> bool:
+def joins_as_pointwise(step: Any) -> bool:
     return isinstance(step, PointwiseKernel) and not step.siblings and \
         not step.store_offset and not step.accumulate and step.iter_shape is None
 
@@ -216,7 +216,7 @@ def _joins_as_reduction(step: Any) -> bool:
 
 
 def _row_shape(k: ReductionKernel) -> tuple[str, tuple[str, ...]]:
-    return source(prod(k.out_loop_shape)), _sources(k.red_shape)
+    return source(prod(k.out_loop_shape)), sources(k.red_shape)
 
 
 class _Row:
@@ -231,9 +231,9 @@ class _Row:
 
     def geometry(self, step: Any) -> _Geometry | None:
         if isinstance(step, ReductionKernel):
-            return _reduction_geometry(step) if _row_shape(step) == (self.rows, self.inner) \
+            return reduction_geometry(step) if _row_shape(step) == (self.rows, self.inner) \
                 else None
-        return _pointwise_geometry(step, self.rows, self.inner)
+        return pointwise_geometry(step, self.rows, self.inner)
 
     def try_add(self, step: Any) -> bool:
         """Add ``step`` as the next stage if it keeps rows independent."""
@@ -297,7 +297,7 @@ def _joined(host: Any, step: Any) -> RowKernel | None:
     if isinstance(host, RowKernel) or _joins_as_reduction(host):
         stages = host.stages if isinstance(host, RowKernel) else [host]
         reduction = _first_reduction(stages)
-    elif _joins_as_pointwise(host) and _joins_as_reduction(step):
+    elif joins_as_pointwise(host) and _joins_as_reduction(step):
         stages, reduction = [host], step
     else:
         return None
@@ -330,7 +330,7 @@ def fuse_rows(steps: list[Any]) -> list[Any]:
     fused: list[Any] = []
     for step in steps:
         target = _fusion_target(fused, step) \
-            if _joins_as_reduction(step) or _joins_as_pointwise(step) else None
+            if _joins_as_reduction(step) or joins_as_pointwise(step) else None
         if target is None:
             fused.append(step)
         else:

@@ -9,13 +9,16 @@ independent.
 from __future__ import annotations
 
 import math
+import pathlib
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import simaccel
+from simaccel.codegen import emit_rows
 from simaccel.codegen.fusion_rows import flat_offset
+from simaccel.codegen.row_reuse import RowReuse
 from tests.conftest import REDUCTION_TOL, check
 
 #: softmax and normalisation rows: sums of up to 256 terms, reordered (float32)
@@ -143,3 +146,51 @@ def test_flat_offset_recognises_one_position_per_row():
     assert flat_offset("i1*4 + i0", ("i0", "i1"), ("4", "8")) is None
     assert flat_offset("o0*32 + r0", ("o0",), ("8",)) is None
     assert flat_offset("ModularIndexing(o0, 1, 4)", ("o0",), ("8",)) is None
+
+
+def _row_source(result) -> str:
+    paths = [k.path for r in result.reports for k in r.kernels if k.kind == "row"]
+    assert len(paths) == 1
+    return pathlib.Path(paths[0]).read_text()
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_softmax_row_computes_its_exp_once_per_element(transposed):
+    """The sum pass stores exp(x - max) into the output, the output pass divides it in
+    place (:mod:`simaccel.codegen.row_reuse`); masked scores (-inf) exp to 0. Over a
+    transposed input too: a row's elements are then strided in memory."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 8, 64, 48) * 4
+    mask = torch.rand(4, 8, 64, 48) < 0.3
+
+    def masked_softmax(x, mask):
+        x = x.transpose(-1, -2) if transposed else x
+        mask = mask.transpose(-1, -2) if transposed else mask
+        return torch.softmax((x * 0.125).masked_fill(mask, -math.inf), -1)
+    result = check(masked_softmax, x, mask, **ROW_TOL)
+    source = _row_source(result)
+    assert source.count("lib.vexp(") == 1, source
+    assert _kinds(result) == ["row"]
+
+
+def test_a_16_bit_softmax_recomputes_its_exp():
+    """A bfloat16 output would round the stored exp: the output pass computes its own."""
+    x = (torch.randn(32, 96) * 3).to(torch.bfloat16)
+    result = check(lambda x: torch.softmax(x, -1), x, rtol=1.6e-2, atol=4e-3)
+    assert _row_source(result).count("lib.vexp(") == 2
+
+
+def test_the_reused_value_equals_the_recomputed_one_bit_for_bit(monkeypatch):
+    """The rewrite changes where exp(x - max) comes from, never its value: the same
+    kernel emitted without it gives the same bits."""
+    x = torch.randn(64, 200) * 5
+    mask = torch.rand(64, 200) < 0.2
+
+    def fn(x, mask):
+        return torch.softmax(x.masked_fill(mask, torch.finfo(x.dtype).min), -1)
+    reused = check(fn, x, mask, **ROW_TOL)
+    monkeypatch.setattr(emit_rows, "plan_reuse", lambda k: RowReuse({}, {}))
+    recomputed = check(fn, x, mask, **ROW_TOL)
+    assert _row_source(reused).count("lib.vexp(") == 1
+    assert _row_source(recomputed).count("lib.vexp(") == 2
+    assert torch.equal(reused.outputs, recomputed.outputs)
