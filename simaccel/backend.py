@@ -128,6 +128,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
         ops=sum(1 for n in gm.graph.nodes if n.op == "call_function"),
         host_mapped=[(index, buf, program.traced_bytes(buf))
                      for index, buf in sorted(program.host_mapped.items())],
+        host_mapped_outputs=[(k, out.buffer, program.traced_bytes(out.buffer))
+                             for k, out in enumerate(result.spec.outputs)
+                             if out is not None and out.mapped],
         size_symbols=[src.symbol for src in result.spec.symbols],
         size_guards=dynamo.shape_guards_since(guards_before))
     add_report(report)

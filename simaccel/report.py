@@ -28,6 +28,9 @@ class CompileReport:
     #: (argument index, buffer, bytes) of each input a kernel reads in place from host
     #: memory instead of a copy in device memory (``DeviceConfig.host_map_min_bytes``)
     host_mapped: list[tuple[int, str, int]] = field(default_factory=list)
+    #: (output position, buffer, bytes) of each output its kernel writes in place in the
+    #: caller's host memory instead of a device buffer copied back
+    host_mapped_outputs: list[tuple[int, str, int]] = field(default_factory=list)
     #: the size symbols the graph takes at call time (dynamic shapes), and the guards on
     #: them that compiling it added to the frame's shape env (a size the device code had
     #: to decide a fact about: each is a recompile condition, like Dynamo's own)
@@ -79,6 +82,11 @@ class CompileReport:
         if self.host_mapped:
             mapped = [f"input {i} ({name}, {nbytes} bytes)" for i, name, nbytes in self.host_mapped]
             lines.append("  host-mapped inputs (read, or updated, in place: not copied): "
+                         + ", ".join(mapped))
+        if self.host_mapped_outputs:
+            mapped = [f"output {k} ({name}, {nbytes} bytes)"
+                      for k, name, nbytes in self.host_mapped_outputs]
+            lines.append("  host-mapped outputs (written in place: not copied back): "
                          + ", ".join(mapped))
         if self.size_symbols:
             lines.append("  dynamic sizes (read from the constant bank): " + ", ".join(self.size_symbols))

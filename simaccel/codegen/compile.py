@@ -34,11 +34,13 @@ from simaccel.codegen.graph import LoweredGraph
 from simaccel.codegen.hostop import HostOp
 from simaccel.codegen.lower_scalar_args import number_arguments
 from simaccel.codegen.ir import (ExternKernel, LibraryKernel, PointwiseKernel, ReductionKernel,
-                                 RowKernel)
+                                 RowKernel, contiguous_strides, dense_strides)
 from simaccel.codegen.size_args import (evaluate_size, names_of, runtime_size, runtime_sizes,
                                         symbol_sources, with_size_args)
+from simaccel.codegen.sizes import is_symbolic
 from simaccel.codegen.values import Realized
 from simaccel.runtime.group import GroupPart, LaunchGroup
+from simaccel.runtime.hostmap import place_mapped_outputs
 from simaccel.runtime.spec import (SIZE_BANK, BufferDecl, HostStep, InputPlan, LaunchStep,
                                    OutputDecl, ProgramSpec)
 
@@ -382,6 +384,13 @@ def assemble(lowered: LoweredGraph, inputs: tuple[InputPlan, ...], device: Any, 
                                runtime_sizes(o.layout.strides), runtime_size(o.layout.offset),
                                storage_dtype(o.dtype)) if isinstance(o, Realized) else None
                     for o in [*lowered.outputs, *written])
+    outputs = place_mapped_outputs(
+        outputs, steps, inputs, {n: b.numel for n, b in buffers.items()},
+        {n: b.itemsize for n, b in buffers.items()},
+        [host_c_contiguous(m) for m in lowered.output_meta] + [False] * len(written),
+        device.config.host_map_min_bytes, len(lowered.outputs),
+        {aliases.get(b, b) for item in lowered.steps if isinstance(item, LibraryKernel)
+         for b in item.writes})
     asserts = tuple(lowered.size_asserts)
     symbols, traced = symbol_sources(lowered.inputs, _size_names(buffers, steps, outputs)
                                      + names_of(text for text, _ in asserts))
@@ -392,6 +401,19 @@ def assemble(lowered: LoweredGraph, inputs: tuple[InputPlan, ...], device: Any, 
                        int(device.config.alignment), symbols, traced, plan_sizes,
                        tuple(index for index, _ in lowered.writebacks), asserts)
     return CompileResult(spec, infos, pool_ms)
+
+
+def host_c_contiguous(meta: Any) -> bool:
+    """True if the host array a call allocates for an output of this traced value is
+    C-contiguous: :class:`simaccel.compiled.HostOutputs` gives it eager's strides when
+    they are dense and contiguous ones otherwise (static sizes only)."""
+    if not isinstance(meta, torch.Tensor) or any(is_symbolic(v) for v in
+                                                  (*meta.shape, *meta.stride())):
+        return False
+    shape, stride = tuple(meta.shape), tuple(meta.stride())
+    if not dense_strides(shape, stride):
+        return True
+    return all(n == 1 or s == c for n, s, c in zip(shape, stride, contiguous_strides(shape)))
 
 
 def _renamed(step: LaunchStep | HostStep, aliases: dict[str, str]) -> LaunchStep | HostStep:

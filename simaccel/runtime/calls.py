@@ -18,6 +18,7 @@ import numpy as np
 
 from simaccel.dma import Descriptor
 from simaccel.dma.call import CallPlan
+from simaccel.runtime.hostmap import data_ptr
 from simaccel.runtime.resident import BoundWorkspace
 from simaccel.runtime.spec import Step
 
@@ -102,3 +103,35 @@ def _run_host(device: Any, step: Step, views: dict[str, np.ndarray], ready_ns: f
     end = dma.submit(descs, not_before_ns=end).end_ns if descs else end
     device.count("host_fallback_ops")
     return end
+
+
+def download_batch(copies: list[tuple[int, np.ndarray, str]], host_outputs: list[Any],
+                   writebacks: tuple[int, ...], first_writeback: int,
+                   data_ptrs: list[int] | None, alignment: int,
+                   written: list[tuple[np.ndarray, str]]) -> tuple[list, list, list, list, Any]:
+    """(srcs, dsts, labels, staging flags, mapped flags or None) of a call's d2h batch:
+    each output copy (``copies``: (position, device view, buffer)) into its non-empty
+    host array, an input write-back (positions from ``first_writeback`` on, argument
+    indices ``writebacks``) staged when its caller's address is not ``alignment``
+    aligned (``data_ptrs``: known addresses, else 0); then ``written``, the (host array,
+    buffer) of each input update and output a kernel wrote in host memory: mapped
+    writes, nothing to copy."""
+    srcs, dsts, labels, staged = [], [], [], []
+    for k, src, label in copies:
+        host = host_outputs[k]
+        if host is not None and host.size:
+            srcs.append(src)
+            dsts.append(host)
+            labels.append(label)
+            if writebacks:
+                index = writebacks[k - first_writeback] if k >= first_writeback else None
+                staged.append(index is not None
+                              and data_ptr(index, host, data_ptrs) % alignment != 0)
+    if not written:
+        return srcs, dsts, labels, staged, None
+    mapped = [False] * len(srcs) + [True] * len(written)
+    for host, buffer in written:
+        srcs.append(host)
+        dsts.append(None)
+        labels.append(buffer)
+    return srcs, dsts, labels, staged + [False] * len(written) if staged else [], mapped

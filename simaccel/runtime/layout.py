@@ -45,8 +45,9 @@ class SizedLayout:
 
 def liveness(spec: ProgramSpec) -> list[tuple[str, int, int]]:
     """(buffer, first step, last step) of every workspace buffer, from the steps' declared
-    ``reads`` and ``writes``. Resident and host-mapped inputs take no workspace (they live
-    in blocks of their own, or in host memory), nor do constants and scalars."""
+    ``reads`` and ``writes``. Resident and host-mapped inputs and host-mapped outputs take
+    no workspace (they live in blocks of their own, or in host memory), nor do constants
+    and scalars."""
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     n = len(spec.steps)
@@ -62,6 +63,7 @@ def liveness(spec: ProgramSpec) -> list[tuple[str, int, int]]:
             last[out.buffer] = n + 1
     off_workspace = {p.buffer for p in spec.inputs_placed(Placement.RESIDENT, Placement.MAPPED,
                                                           Placement.MAPPED_UPDATE)}
+    off_workspace |= {out.buffer for out in spec.outputs if out is not None and out.mapped}
     return [(name, first[name], last[name]) for name, decl in spec.buffers.items()
             if decl.kind not in ("constant", "scalar") and name in first
             and name not in off_workspace]

@@ -23,12 +23,13 @@ import numpy as np
 
 from simaccel.dma import Descriptor
 from simaccel.dma.plan import PlannedPairError
-from simaccel.runtime.calls import CallProgress, call_plan, launch_kernels, run_stepwise
+from simaccel.runtime.calls import (CallProgress, call_plan, download_batch, launch_kernels,
+                                    run_stepwise)
 from simaccel.runtime.constbank import ConstantBank
 from simaccel.runtime.device import Device
 from simaccel.runtime import tiers
 from simaccel.runtime.group import bind_launch
-from simaccel.runtime.hostmap import (MAPPED, bind_mapped, data_ptr as _data_ptr, mapped_steps,
+from simaccel.runtime.hostmap import (MAPPED, bind_mapped, mapped_steps,
                                       unbound_mapped_launch)
 from simaccel.runtime.memory import Block
 from simaccel.runtime.layout import MAX_LAYOUTS, Layouts, SizedLayout, output_view
@@ -85,14 +86,19 @@ class Program:
         mapped = [p.placement in MAPPED for p in self._streamed]
         #: per streamed input: mapped or copied (None: all copied, the engine's fast path)
         self._mapped_flags = mapped if any(mapped) else None
-        self._mapped_steps = mapped_steps(spec.steps, self._streamed)
+        #: (output position, buffer) of the outputs their kernel writes in host memory
+        self._mapped_outputs = tuple((k, out.buffer) for k, out in enumerate(spec.outputs)
+                                     if out is not None and out.mapped)
+        #: the kernels accessing host memory, bound to each call's host arrays
+        self._mapped_steps = mapped_steps(spec.steps, self._streamed, spec.outputs)
         self._updates_flags = [p.placement is Placement.MAPPED_UPDATE for p in self._streamed]
         #: the inputs their kernel updates in host memory: (argument index, buffer)
         self._updated = tuple((p.index, p.buffer)
                               for p in spec.inputs_placed(Placement.MAPPED_UPDATE))
         self._kernel_wall_ns = 0
-        #: no input write-backs and no mapped updates: the download is the outputs alone
-        self._plain_download = not spec.writebacks and not self._updated
+        #: no input write-backs, mapped updates or mapped outputs: the download is the
+        #: output copies alone
+        self._plain_download = not (spec.writebacks or self._updated or self._mapped_outputs)
         self._host_steps = any(not isinstance(step, LaunchStep) for step in spec.steps)
         self._launches_per_call = sum(step.on_device for step in spec.steps)
         #: position of the first input write-back among the outputs (they come last)
@@ -301,7 +307,7 @@ class Program:
             decl = self.spec.buffers[name]
             views[name] = memory.view(block.offset + off, np.dtype(decl.dtype), numel[name])
             addresses[name] = base + off
-        mapped = {k for k, _ in self._mapped_steps}
+        mapped = {step.index for step in self._mapped_steps}
         launches = [unbound_mapped_launch if k in mapped else
                     bind_launch(step.fn, self._launch_args(k, [views[b] for b in step.buffers],
                                                      layout),
@@ -311,12 +317,14 @@ class Program:
         updated = {buffer for _, buffer in self._updated}  # written in host memory
         outputs = [(k, output_view(views[out.buffer], *layout.outputs[k]), out.buffer)
                    for k, out in enumerate(self.spec.outputs)
-                   if out is not None and out.buffer not in updated]
+                   if out is not None and out.buffer not in updated and not out.mapped]
         durations = [self.device.kernel_time_ns(*cost) if isinstance(step, LaunchStep) else 0.0
                      for step, cost in zip(self.spec.steps, layout.costs)]
         bound = BoundWorkspace(block.offset, views, outputs,
                                [views.get(p.buffer) for p in self._streamed], launches,
                                durations, layout)
+        bound.mapped_dtypes = {b: np.dtype(self.spec.buffers[b].dtype)
+                               for _, b in self._mapped_outputs}
         if len(self._bound) >= MAX_LAYOUTS:
             self._bound.pop(next(iter(self._bound)))  # the oldest size tuple's
         self._bound[layout.key] = bound
@@ -337,6 +345,8 @@ class Program:
         Returns what the call did (the plans a replay of it places)."""
         dma, done = self.device.dma, CallProgress()
         try:
+            if self._mapped_steps:
+                self._bind_mapped(bound, args, host_outputs, data_ptrs)
             self._upload(bound, args, data_ptrs, sizes, done)
             if self._host_steps:
                 ready_ns = dma.record_call(call_plan(dma, bound, self.spec.steps, done),
@@ -374,8 +384,6 @@ class Program:
                         for d, h in zip(bound.input_dsts, srcs)]
             else:
                 dsts = bound.dsts_shaped_like(srcs)
-            if self._mapped_flags is not None:
-                self._bind_mapped(bound, srcs, data_ptrs)
             # mapped inputs ride in the same batch: one h2d transfer per call
             self._copy_planned(bound, staged, "h2d", srcs, dsts, self._streamed_labels,
                                staged, self._mapped_flags, done)
@@ -384,16 +392,17 @@ class Program:
             self._copy_planned(bound, "const", "const", [self._bank.host], [self._state.bank],
                                ["constant bank"], None, None, done)
 
-    def _bind_mapped(self, bound: BoundWorkspace, srcs: list[np.ndarray],
+    def _bind_mapped(self, bound: BoundWorkspace, args: list[Any], host_outputs: list[Any],
                      data_ptrs: list[int] | None) -> None:
-        """Bind the launches reading or updating host-mapped inputs to this call's host
-        arrays (:func:`~simaccel.runtime.hostmap.bind_mapped`)."""
+        """Bind the launches accessing host memory (host-mapped inputs and outputs) to
+        this call's host arrays (:func:`~simaccel.runtime.hostmap.bind_mapped`)."""
         def bind(k: int, hosts: dict[str, np.ndarray]) -> None:
             step = self.spec.steps[k]
             bound.launches[k] = bind_launch(step.fn, self._launch_args(
                 k, [hosts[b] if b in hosts else bound.views[b] for b in step.buffers],
                 bound.layout))
-        bind_mapped(bound, srcs, data_ptrs, self._streamed, self._mapped_steps, bind)
+        bind_mapped(bound, [args[p.index] for p in self._streamed], host_outputs, data_ptrs,
+                    self._streamed, self._mapped_steps, bind)
 
     def _upload_resident(self, args: list[Any], keys: dict[int, Any] | None,
                          layout: SizedLayout) -> float:
@@ -443,33 +452,20 @@ class Program:
         aligned (the outputs simaccel allocates always are). The inputs a kernel updated
         in host memory (``args``: the call's host arrays) ride in the same submit as
         mapped writes: nothing to copy. ``data_ptrs``: as for :meth:`run` (0 where the
-        caller did not know an address)."""
+        caller did not know an address). So do the outputs a kernel wrote in place."""
         if self._plain_download:  # outputs only, all the caller's: one fixed batch
             dsts = [host_outputs[k] for k in bound.output_positions]
             if all(host is not None and host.size for host in dsts):
                 self._copy_planned(bound, "d2h", "d2h", bound.output_srcs, dsts,
                                    bound.output_labels, None, None, done)
                 return
-        srcs, dsts, labels, staged = [], [], [], []
-        writebacks, first = self.spec.writebacks, self._first_writeback
-        for k, src, label in bound.output_copies:
-            host = host_outputs[k]
-            if host is not None and host.size:
-                srcs.append(src)
-                dsts.append(host)
-                labels.append(label)
-                if writebacks:
-                    staged.append(k >= first and _data_ptr(writebacks[k - first], host,
-                                                           data_ptrs) % self.spec.alignment != 0)
-        mapped = None
-        if self._updated:
-            copies = len(srcs)
-            for index, buffer in self._updated:
-                srcs.append(args[index])
-                dsts.append(None)
-                labels.append(buffer)
-            mapped = [False] * copies + [True] * len(self._updated)
-            staged = staged + [False] * len(self._updated) if staged else []
+        written = [(args[index], buffer) for index, buffer in self._updated]
+        written += [(host_outputs[k] if host_outputs[k] is not None
+                     else bound.mapped_scratch[buffer], buffer)
+                    for k, buffer in self._mapped_outputs]
+        srcs, dsts, labels, staged, mapped = download_batch(
+            bound.output_copies, host_outputs, self.spec.writebacks, self._first_writeback,
+            data_ptrs, self.spec.alignment, written)
         if srcs:
             staged_or_none = staged if True in staged else None
             self._copy_planned(bound, ("d2h", tuple(labels), staged_or_none and tuple(staged)),

@@ -33,7 +33,7 @@ from simaccel.runtime.spec import Placement
 class Replay:
     """One binding's recorded call (see the module doc); built by :func:`record`."""
 
-    __slots__ = ("bound", "inputs", "outputs", "mapped_reads", "streamed", "bind_mapped",
+    __slots__ = ("bound", "inputs", "outputs", "mapped_reads", "bind_mapped",
                  "bank", "bank_dst", "calls", "steps", "alignment", "dma", "compute_lock")
 
     def __init__(self, bound: BoundWorkspace, program: Any, inputs: list[tuple],
@@ -48,11 +48,9 @@ class Replay:
         #: (a misaligned one goes the general way, which names it)
         self.mapped_reads = [p.index for p in program._streamed
                              if p.placement is Placement.MAPPED]
-        #: argument indices of the streamed inputs, when a kernel reads or updates one in
-        #: host memory (its launch is bound to this call's arrays), else None
-        has_mapped = program._mapped_flags is not None
-        self.streamed = [p.index for p in program._streamed] if has_mapped else None
-        self.bind_mapped = program._bind_mapped
+        #: binds the launches accessing host memory (mapped inputs and outputs) to this
+        #: call's arrays; None when no kernel does
+        self.bind_mapped = program._bind_mapped if program._mapped_steps else None
         self.bank = program._bank if program._bank.used else None
         self.bank_dst = program._state.bank
         #: the call plan without and with a constant-bank upload
@@ -93,8 +91,8 @@ class Replay:
         Returns the kernels' host wall time (ns). A kernel that raises stops the call:
         what moved and ran is placed, as the general call does, and the error goes on."""
         bound = self.bound
-        if self.streamed is not None:
-            self.bind_mapped(bound, [args[i] for i in self.streamed], data_ptrs)
+        if self.bind_mapped is not None:
+            self.bind_mapped(bound, args, host_outputs, data_ptrs)
         for index, dst, _, _ in self.inputs:
             dst[...] = args[index]  # equal shapes and dtypes (accepts): a plain copy
         bank = self.bank

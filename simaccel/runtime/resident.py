@@ -80,6 +80,11 @@ class BoundWorkspace:
     #: step index -> the host arrays its mapped launch was last checked on (the same
     #: array objects again need no check: a numpy array keeps its layout)
     mapped_arrays: dict[int, list[np.ndarray]] = field(default_factory=dict)
+    #: buffer -> dtype of each host-mapped output (its kernel writes the caller's array)
+    mapped_dtypes: dict[str, np.dtype] = field(default_factory=dict)
+    #: buffer -> the array a host-mapped output's kernel writes when a call left that
+    #: output out (no host array to write)
+    mapped_scratch: dict[str, np.ndarray] = field(default_factory=dict)
     #: the DMA plan of each per-call batch (sizes fixed by ``layout``), by what varies
     #: between its calls: the h2d batch by its staging flags, the constant bank's as
     #: ``"const"``, the d2h batch by ``("d2h", labels, staging flags or None)``

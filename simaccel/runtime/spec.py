@@ -104,6 +104,10 @@ class OutputDecl:
     strides: tuple[Size, ...]
     offset: Size
     dtype: str
+    #: host-mapped: the one kernel writing the buffer writes the caller's host array in
+    #: place (:func:`~simaccel.runtime.hostmap.place_mapped_outputs`), nothing is copied
+    #: back and the buffer takes no device memory
+    mapped: bool = False
 
 
 class Placement(enum.Enum):

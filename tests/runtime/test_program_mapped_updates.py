@@ -146,8 +146,8 @@ def test_the_same_host_array_binds_and_checks_once(monkeypatch):
     x, g = np.zeros(N, np.float32), np.ones(N, np.float32)
     for _ in range(3):
         call(program, x, g)
-    assert (binds, checks) == ([double_in_place], [0])
+    assert (binds, checks) == ([double_in_place], ["input 0"])
     other = np.zeros(N, np.float32)
     call(program, other, g)
     np.testing.assert_array_equal(other, g)
-    assert (binds, checks) == ([double_in_place] * 2, [0, 0])
+    assert (binds, checks) == ([double_in_place] * 2, ["input 0", "input 0"])
