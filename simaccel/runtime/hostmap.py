@@ -192,19 +192,19 @@ def mapped_steps(steps: Sequence[Step], streamed: Sequence[InputPlan],
     return found
 
 
-def check_mapped(what: str, name: str, host: np.ndarray, dtype: np.dtype, numel: int,
-                 written: bool = False) -> None:
+def check_mapped(kind: str, position: int, name: str, host: np.ndarray, dtype: np.dtype,
+                 numel: int, written: bool = False) -> None:
     """Raise unless ``host`` is what the kernel was compiled to read (and, ``written``, to
     write) in place: a C-contiguous ``dtype`` array of ``numel`` elements, writeable if
-    written. ``what``: "input 3", "output 0". Dynamo's tensor guard pins an input's
-    dtype, shape and strides, and simaccel allocates the outputs, so a violation means a
-    guard failed to recompile or a caller passed the program other arrays (never copy
-    silently)."""
+    written. ``kind`` and ``position``: "input" 3, "output" 0. Dynamo's tensor guard pins
+    an input's dtype, shape and strides, and simaccel allocates the outputs, so a
+    violation means a guard failed to recompile or a caller passed the program other
+    arrays (never copy silently)."""
     if host.flags.c_contiguous and host.dtype == dtype and host.size == numel and (
             host.flags.writeable or not written):
         return
     raise SimAccelError(
-        f"{what} ({name}) is host-mapped and must be a C-contiguous"
+        f"{kind} {position} ({name}) is host-mapped and must be a C-contiguous"
         f"{' writeable' if written else ''} {dtype} array of {numel} elements, got "
         f"{host.dtype} shape {host.shape} strides {host.strides}"
         f"{'' if host.flags.writeable else ' (read-only)'}; Dynamo's tensor guard should "
@@ -217,12 +217,13 @@ MAPPED = frozenset({Placement.MAPPED, Placement.MAPPED_UPDATE})
 
 def bind_mapped(bound: Any, srcs: Sequence[np.ndarray], host_outputs: Sequence[Any],
                 data_ptrs: Sequence[int] | None, streamed: Sequence[InputPlan],
-                steps: Sequence[HostBoundStep], bind: Callable[[int, dict[str, np.ndarray]], None]
-                ) -> None:
+                steps: Sequence[HostBoundStep],
+                bind: Callable[[int, dict[str, np.ndarray], dict[str, int]], None]) -> None:
     """Bind each launch that accesses host memory (``steps``: :func:`mapped_steps`) to
     this call's host arrays: ``srcs``, the program's ``streamed`` inputs, and
-    ``host_outputs``, the call's output arrays by output position (``bind(k, hosts)``
-    binds step ``k`` to ``hosts``, buffer -> flat host array). ``bound``: the workspace's
+    ``host_outputs``, the call's output arrays by output position (``bind(k, hosts,
+    addresses)`` binds step ``k`` to ``hosts``, buffer -> flat host array, whose data
+    addresses (bytes) are ``addresses``). ``bound``: the workspace's
     :class:`~simaccel.runtime.resident.BoundWorkspace`; its bound launches keep their
     arrays alive. A launch is rebound unless it was last bound to these very arrays, or,
     reading inputs only, to the same addresses (a caller passing the same tensor every
@@ -230,26 +231,32 @@ def bind_mapped(bound: Any, srcs: Sequence[np.ndarray], host_outputs: Sequence[A
     array is checked against the compiled layout first."""
     numel = bound.layout.numel
     for step in steps:
+        ins = [srcs[p] for p in step.inputs]
         outs = [_output_array(bound, host_outputs[pos], buffer, numel[buffer])
                 for pos, buffer in step.outputs]
-        arrays = [srcs[p] for p in step.inputs] + outs
         last = bound.mapped_arrays.get(step.index)
-        if last is not None and all(a is b for a, b in zip(arrays, last)):
+        same_inputs = last is not None and all(a is b for a, b in zip(ins, last))
+        if same_inputs and not outs:
             continue
-        for p in step.inputs:
-            plan = streamed[p]
-            check_mapped(f"input {plan.index}", plan.buffer, srcs[p], np.dtype(plan.dtype),
-                         numel[plan.buffer], plan.placement is Placement.MAPPED_UPDATE)
+        if not same_inputs:
+            for p, host in zip(step.inputs, ins):
+                plan = streamed[p]
+                check_mapped("input", plan.index, plan.buffer, host,
+                             bound.mapped_dtypes[plan.buffer], numel[plan.buffer],
+                             plan.placement is Placement.MAPPED_UPDATE)
+            bound.mapped_arrays[step.index] = ins
         for (pos, buffer), host in zip(step.outputs, outs):
-            check_mapped(f"output {pos}", buffer, host, bound.mapped_dtypes[buffer],
+            check_mapped("output", pos, buffer, host, bound.mapped_dtypes[buffer],
                          numel[buffer], written=True)
-        bound.mapped_arrays[step.index] = arrays
-        key = tuple(data_ptr(streamed[p].index, srcs[p], data_ptrs) for p in step.inputs)
+        key = tuple(data_ptr(streamed[p].index, host, data_ptrs)
+                    for p, host in zip(step.inputs, ins))
         if outs or bound.mapped_keys.get(step.index) != key:
-            # kernels take flat arrays: a view of the (checked C-contiguous) host array
-            hosts = {streamed[p].buffer: srcs[p].reshape(-1) for p in step.inputs}
+            # kernels take flat arrays: a view of the (checked C-contiguous) host array;
+            # the inputs' addresses are known (an output's is read by a kernel that needs
+            # it: numba's dispatcher does not)
+            hosts = {streamed[p].buffer: host.reshape(-1) for p, host in zip(step.inputs, ins)}
             hosts.update((buffer, host.reshape(-1)) for (_, buffer), host in zip(step.outputs, outs))
-            bind(step.index, hosts)
+            bind(step.index, hosts, {streamed[p].buffer: a for p, a in zip(step.inputs, key)})
             bound.mapped_keys[step.index] = key
 
 

@@ -323,8 +323,11 @@ class Program:
         bound = BoundWorkspace(block.offset, views, outputs,
                                [views.get(p.buffer) for p in self._streamed], launches,
                                durations, layout)
-        bound.mapped_dtypes = {b: np.dtype(self.spec.buffers[b].dtype)
-                               for _, b in self._mapped_outputs}
+        bound.mapped_dtypes = {p.buffer: np.dtype(p.dtype) for p in self._streamed
+                               if p.placement in MAPPED}
+        bound.mapped_dtypes.update((b, np.dtype(self.spec.buffers[b].dtype))
+                                   for _, b in self._mapped_outputs)
+        bound.addresses = addresses
         if len(self._bound) >= MAX_LAYOUTS:
             self._bound.pop(next(iter(self._bound)))  # the oldest size tuple's
         self._bound[layout.key] = bound
@@ -396,11 +399,12 @@ class Program:
                      data_ptrs: list[int] | None) -> None:
         """Bind the launches accessing host memory (host-mapped inputs and outputs) to
         this call's host arrays (:func:`~simaccel.runtime.hostmap.bind_mapped`)."""
-        def bind(k: int, hosts: dict[str, np.ndarray]) -> None:
+        def bind(k: int, hosts: dict[str, np.ndarray], host_addresses: dict[str, int]) -> None:
             step = self.spec.steps[k]
             bound.launches[k] = bind_launch(step.fn, self._launch_args(
                 k, [hosts[b] if b in hosts else bound.views[b] for b in step.buffers],
-                bound.layout))
+                bound.layout), [host_addresses.get(b) or bound.addresses.get(b)
+                                for b in step.buffers])
         bind_mapped(bound, [args[p.index] for p in self._streamed], host_outputs, data_ptrs,
                     self._streamed, self._mapped_steps, bind)
 

@@ -80,7 +80,11 @@ class BoundWorkspace:
     #: step index -> the host arrays its mapped launch was last checked on (the same
     #: array objects again need no check: a numpy array keeps its layout)
     mapped_arrays: dict[int, list[np.ndarray]] = field(default_factory=dict)
-    #: buffer -> dtype of each host-mapped output (its kernel writes the caller's array)
+    #: buffer -> data address (bytes) of each workspace view, known from its offset
+    #: (reading one back from numpy costs ~2 us, and a launch on host memory is bound
+    #: anew every call)
+    addresses: dict[str, int] = field(default_factory=dict)
+    #: buffer -> dtype of each host-mapped input and output (checked on a new array)
     mapped_dtypes: dict[str, np.dtype] = field(default_factory=dict)
     #: buffer -> the array a host-mapped output's kernel writes when a call left that
     #: output out (no host array to write)

@@ -107,7 +107,7 @@ def test_same_tensor_binds_once_and_new_tensors_rebind(monkeypatch):
     binds: list[Any] = []
     real_bind = program_module.bind_launch
     monkeypatch.setattr(program_module, "bind_launch",
-                        lambda fn, args: binds.append(fn) or real_bind(fn, args))
+                        lambda fn, args, *addresses: binds.append(fn) or real_bind(fn, args, *addresses))
     with simaccel.configure(host_map_min_bytes=MIN_BYTES):
         x = torch.randn(*SHAPE)
         dma, report = run(row_reductions, x, calls=4)

@@ -127,7 +127,7 @@ def test_the_same_host_array_binds_once_and_a_new_one_rebinds(monkeypatch):
     binds = []
     real_bind = program_module.bind_launch
     monkeypatch.setattr(program_module, "bind_launch",
-                        lambda fn, args: binds.append(fn) or real_bind(fn, args))
+                        lambda fn, args, *addresses: binds.append(fn) or real_bind(fn, args, *addresses))
     x = aligned_array(np.ones(N, np.float32))
     for _ in range(3):
         np.testing.assert_array_equal(run(program, x), x * 2.0)

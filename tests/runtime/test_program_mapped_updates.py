@@ -140,14 +140,14 @@ def test_the_same_host_array_binds_and_checks_once(monkeypatch):
     binds, checks = [], []
     real_bind, real_check = program_module.bind_launch, hostmap.check_mapped
     monkeypatch.setattr(program_module, "bind_launch",
-                        lambda fn, args: binds.append(fn) or real_bind(fn, args))
+                        lambda fn, args, *addresses: binds.append(fn) or real_bind(fn, args, *addresses))
     monkeypatch.setattr(hostmap, "check_mapped",
                         lambda *args: checks.append(args[0]) or real_check(*args))
     x, g = np.zeros(N, np.float32), np.ones(N, np.float32)
     for _ in range(3):
         call(program, x, g)
-    assert (binds, checks) == ([double_in_place], ["input 0"])
+    assert (binds, checks) == ([double_in_place], ["input"])
     other = np.zeros(N, np.float32)
     call(program, other, g)
     np.testing.assert_array_equal(other, g)
-    assert (binds, checks) == ([double_in_place] * 2, ["input 0", "input 0"])
+    assert (binds, checks) == ([double_in_place] * 2, ["input", "input"])
