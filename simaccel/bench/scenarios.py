@@ -230,6 +230,7 @@ def measure_compile(backend: str, phase: str, cache_root: str,
     return Record("compile", f"{phase}_{workload}", backend, result["first_call_s"], 1,
                   {"process_s": result["process_s"], "graphs": result["graphs"],
                    "simaccel_cache_hits": result.get("kernel_cache_hits"),
+                   "compiled_s": result.get("compiled_s"),
                    "phases_s": result.get("phases_s")})
 
 
