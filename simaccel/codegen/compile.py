@@ -213,16 +213,18 @@ def _tiered_step(p: PreparedKernel, lowered: LoweredGraph, device: Any,
     """The launch step of a kernel compiling in the background: its tier-0 form until
     the worker is done, then the compiled kernel from the cache."""
     kernel = p.kernel
+    kind = type(kernel).__name__.replace("Kernel", "").lower()
+    info = KernelInfo(kernel.name, kind, "tier0", "(compiling in the background)", 0.0)
 
     def load() -> Any:  # on disk: the worker compiled it
         loaded = _CACHE.load(p.source, p.signature)
         device.count(ORIGIN_COUNTERS["pool" if loaded.origin == "disk" else loaded.origin])
+        info.path = str(loaded.path)  # the report names the compiled kernel from now on
         return loaded.fn
     fn = tiered.TieredKernel(kernel.name, tiered.load_tier0(p.tier0_source), pending, load,
                              device)
     step = _launch_step(kernel, fn, p.buffers, p.params, lowered, tuple(p.size_symbols))
-    kind = type(kernel).__name__.replace("Kernel", "").lower()
-    return step, KernelInfo(kernel.name, kind, "tier0", "(compiling in the background)", 0.0)
+    return step, info
 
 
 def _compile_in_pool(kernels: list[Any], lowered: LoweredGraph, tier0: bool | str) -> tuple[

@@ -455,8 +455,8 @@ class Program:
         a write-back goes into the caller's tensor, staged when its address is not
         aligned (the outputs simaccel allocates always are). The inputs a kernel updated
         in host memory (``args``: the call's host arrays) ride in the same submit as
-        mapped writes: nothing to copy. ``data_ptrs``: as for :meth:`run` (0 where the
-        caller did not know an address). So do the outputs a kernel wrote in place."""
+        mapped writes (nothing to copy), as do the outputs a kernel wrote in the caller's
+        memory. ``data_ptrs``: as for :meth:`run` (0: address not known)."""
         if self._plain_download:  # outputs only, all the caller's: one fixed batch
             dsts = [host_outputs[k] for k in bound.output_positions]
             if all(host is not None and host.size for host in dsts):

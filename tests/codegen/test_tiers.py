@@ -12,6 +12,7 @@ test_ops).
 """
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 import numpy as np
@@ -166,6 +167,9 @@ def test_kernels_start_in_tier0_and_switch_when_the_workers_are_done(monkeypatch
         again = compiled(x, y)
     stats = device.runtime_stats()
     assert stats["tier0_launches"] == launches  # every launch now runs compiled code
+    # the report started "(compiling in the background)"; it now names each kernel's file
+    assert all(pathlib.Path(k.path).read_text().startswith("# kernel helpers")
+               for k in kernels), [k.path for k in kernels]
     assert stats["kernels_compiled"] == len(kernels) and stats.get("tier0_waits", 0) == 0
     # the first call's float32 sums (tier 0: numpy's pairwise order) may differ from the
     # compiled loop's by their association: the pointwise contract's tolerance
