@@ -52,13 +52,20 @@ def sdpa_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  dropout_p: float = 0.0, is_causal: bool = False, *, attn_mask: Any = None,
                  scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(output, logsumexp) of ``_scaled_dot_product_flash_attention_for_cpu`` (no
-    dropout: with ``dropout_p > 0`` the op is left to run as it is)."""
+    dropout: with ``dropout_p > 0`` the op is left to run as it is). The softmax is
+    written ``exp(s - max) / sum``, so its row kernel computes each exp once
+    (:mod:`simaccel.codegen.row_reuse`); the logsumexp is ``max + log(sum)``."""
     if dropout_p or _library_runs(query, key, value, attn_mask):
         return NotImplemented
     scores = _scores(query, key, is_causal, attn_mask, scale)
-    lse = torch.logsumexp(scores, dim=-1)
-    weights = torch.exp(scores - lse.unsqueeze(-1))
-    return weights @ value, lse
+    top = scores.amax(dim=-1, keepdim=True)
+    top = torch.where(top.abs() == math.inf, 0.0, top)  # a fully masked row: exp(-inf) = 0
+    exps = torch.exp(scores - top)
+    total = exps.sum(dim=-1, keepdim=True)
+    # a fully masked row (a padded sequence) attends to nothing: output 0 and logsumexp
+    # 0, as the fused op returns, rather than 0 / 0
+    total = torch.where(total == 0, 1.0, total)
+    return (exps / total) @ value, (torch.log(total) + top).squeeze(-1)
 
 
 def sdpa_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,

@@ -42,3 +42,28 @@ def test_attention_gradients_equal_eager(kind):
         torch.testing.assert_close(got.grad, expected.grad, **REDUCTION_TOL)
     stats = device.runtime_stats()
     assert stats["kernel_launches"] > 0 and stats["host_fallback_ops"] == 0
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_fully_masked_row_attends_to_nothing_as_in_eager(dynamic):
+    """A padded sequence's query row with every key masked: eager's fused op returns 0
+    there (not 0 / 0); the device's decomposition (static GEMM pair, dynamic shapes)
+    does too, and the gradients stay finite and equal eager's."""
+    torch.manual_seed(0)
+    mask = torch.rand(6, 6) > 0.4
+    mask[2] = False
+    mask[4] = True
+
+    def attention(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    inputs = [torch.randn(2, 3, 6, 8, requires_grad=True) for _ in range(3)]
+    reference = [t.detach().clone().requires_grad_() for t in inputs]
+    out = torch.compile(attention, backend="simaccel", dynamic=dynamic)(*inputs)
+    want = attention(*reference)
+    assert torch.equal(want[:, :, 2], torch.zeros_like(want[:, :, 2]))
+    torch.testing.assert_close(out, want, **REDUCTION_TOL)
+    out.square().sum().backward()
+    want.square().sum().backward()
+    for got, expected in zip(inputs, reference):
+        torch.testing.assert_close(got.grad, expected.grad, **REDUCTION_TOL)

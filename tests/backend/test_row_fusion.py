@@ -71,6 +71,9 @@ def test_dynamic_length_attention_softmax_is_one_row_kernel_between_the_gemms():
     # scores = q @ k^T, then per row: mask and scale, max, sum of exp, the weights
     assert [k.kind for r in simaccel.reports() for k in r.kernels] == \
         ["library", "row", "library"]
+    # the softmax is written exp(s - max) / sum: its row kernel computes each exp once
+    row = next(k for r in simaccel.reports() for k in r.kernels if k.kind == "row")
+    assert pathlib.Path(row.path).read_text().count("lib.vexp(") == 1
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
