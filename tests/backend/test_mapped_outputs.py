@@ -23,7 +23,8 @@ ROW_TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
 def chain(x: torch.Tensor) -> torch.Tensor:
-    return ((x * 2.0 + 1.0).sin() - 0.5).abs().sqrt()
+    # no cancellation that would amplify a fast helper's ulp (a sqrt near 0 would)
+    return torch.sigmoid(x * 2.0 + 1.0) * 3.0 - x
 
 
 def compiled_twice(fn, min_bytes: int, *args: torch.Tensor):
