@@ -34,13 +34,13 @@ from simaccel.codegen.graph import LoweredGraph
 from simaccel.codegen.hostop import HostOp
 from simaccel.codegen.lower_scalar_args import number_arguments
 from simaccel.codegen.ir import (ExternKernel, LibraryKernel, PointwiseKernel, ReductionKernel,
-                                 RowKernel, contiguous_strides, dense_strides)
+                                 RowKernel, dense_strides)
 from simaccel.codegen.size_args import (evaluate_size, names_of, runtime_size, runtime_sizes,
                                         symbol_sources, with_size_args)
 from simaccel.codegen.sizes import is_symbolic
 from simaccel.codegen.values import Realized
 from simaccel.runtime.group import GroupPart, LaunchGroup
-from simaccel.runtime.hostmap import place_mapped_outputs
+from simaccel.runtime.hostmap import c_order, place_mapped_outputs
 from simaccel.runtime.spec import (SIZE_BANK, BufferDecl, HostStep, InputPlan, LaunchStep,
                                    OutputDecl, ProgramSpec)
 
@@ -413,9 +413,7 @@ def host_c_contiguous(meta: Any) -> bool:
                                                   (*meta.shape, *meta.stride())):
         return False
     shape, stride = tuple(meta.shape), tuple(meta.stride())
-    if not dense_strides(shape, stride):
-        return True
-    return all(n == 1 or s == c for n, s, c in zip(shape, stride, contiguous_strides(shape)))
+    return not dense_strides(shape, stride) or c_order(shape, stride)
 
 
 def _renamed(step: LaunchStep | HostStep, aliases: dict[str, str]) -> LaunchStep | HostStep:

@@ -119,16 +119,27 @@ def _separable_flat(offset: str, names: tuple[str, ...], shape: tuple[int, ...]
     return str(base), str(step if step is not None else 0)
 
 
-def _static_flat(offset: str, names: tuple[str, ...], shape: tuple[int, ...]
-                 ) -> tuple[str, str] | None:
+def loop_positions(offset: str, names: tuple[str, ...], shape: tuple[int, ...]
+                   ) -> np.ndarray | None:
+    """The element ``offset`` reads at every position of the loop over ``names``
+    (static extents ``shape``), in row-major order (int64); None past
+    :data:`MAX_CHECKED_POSITIONS` positions or when ``offset`` names anything else."""
     count = math.prod(shape)
     if not 0 < count <= MAX_CHECKED_POSITIONS or set(_NAME.findall(offset)) - set(names):
         return None
     grid = {name: np.arange(n, dtype=np.int64).reshape(
         [n if d == k else 1 for d in range(len(shape))]) for k, (name, n) in
         enumerate(zip(names, shape))}
-    values = np.broadcast_to(eval(offset, {"__builtins__": {}}, grid),  # noqa: S307
-                             shape).reshape(-1)
+    return np.broadcast_to(eval(offset, {"__builtins__": {}}, grid),  # noqa: S307
+                           shape).reshape(-1)
+
+
+def _static_flat(offset: str, names: tuple[str, ...], shape: tuple[int, ...]
+                 ) -> tuple[str, str] | None:
+    values = loop_positions(offset, names, shape)
+    if values is None:
+        return None
+    count = values.size
     base = int(values[0])
     step = int(values[1] - values[0]) if count > 1 else 0
     if not np.array_equal(values, base + step * np.arange(count, dtype=np.int64)):

@@ -28,21 +28,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from simaccel.codegen.emit import COSTLY_OPS
-from simaccel.codegen.fusion_rows import (MAX_CHECKED_POSITIONS, joins_as_pointwise,
+from simaccel.codegen.fusion_rows import (joins_as_pointwise, loop_positions,
                                           pointwise_geometry, reduction_geometry, sources)
 from simaccel.codegen.ir import (Const, Expr, IndexValue, Load, Op, PointwiseKernel,
                                  ReductionKernel, RowKernel, affine, contiguous_strides)
 from simaccel.codegen.sizes import source
-
-_NAME = re.compile(r"[A-Za-z_]\w*")
 
 #: the dtypes a value is stored in exactly as the pass computes it
 EXACT_DTYPES = ("float32", "float64")
@@ -179,19 +175,13 @@ class _ElementKeys:
 def read_positions(offset: str, names: tuple[str, ...], shape: tuple[str, ...]
                    ) -> str | None:
     """Digest of the elements ``offset`` reads at every position of the loop over
-    ``names`` (extents ``shape``, static size sources) in row-major order; None over
-    dynamic sizes, past :data:`~.fusion_rows.MAX_CHECKED_POSITIONS` positions, or when
-    ``offset`` names anything else."""
-    if not all(s.isdigit() for s in shape) or set(_NAME.findall(offset)) - set(names):
+    ``names`` (extents ``shape``, size sources; :func:`~.fusion_rows.loop_positions`);
+    None over dynamic sizes or where that gives none."""
+    if not all(s.isdigit() for s in shape):
         return None
-    extents = [int(s) for s in shape]
-    if not 0 < math.prod(extents) <= MAX_CHECKED_POSITIONS:
+    values = loop_positions(offset, names, tuple(int(s) for s in shape))
+    if values is None:
         return None
-    grid = {name: np.arange(n, dtype=np.int64).reshape(
-        [n if d == k else 1 for d in range(len(extents))])
-        for k, (name, n) in enumerate(zip(names, extents))}
-    values = np.broadcast_to(eval(offset, {"__builtins__": {}}, grid),  # noqa: S307
-                             extents)
     return hashlib.sha256(np.ascontiguousarray(values, dtype=np.int64).tobytes()).hexdigest()
 
 

@@ -139,15 +139,21 @@ def place_mapped_outputs(outputs: Sequence[OutputDecl | None], steps: Sequence[A
 
 def _whole_buffer(out: OutputDecl, numel: int) -> bool:
     """True if ``out`` views all ``numel`` elements of its buffer in C order."""
-    shape = out.shape
-    if not all(isinstance(v, int) for v in (*shape, *out.strides, out.offset)):
+    if not all(isinstance(v, int) for v in (*out.shape, *out.strides, out.offset)):
         return False
-    expected, stride = [], 1
-    for n in reversed(shape):
-        expected.append(stride)
-        stride *= n
-    strides_ok = all(n == 1 or s == e for n, s, e in zip(shape, out.strides, expected[::-1]))
-    return out.offset == 0 and stride == numel and strides_ok
+    return out.offset == 0 and int(np.prod(out.shape)) == numel \
+        and c_order(out.shape, out.strides)
+
+
+def c_order(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """True if ``strides`` (elements) lay ``shape`` out in C order (a size-1 dim's stride
+    does not matter, as for numpy's flag)."""
+    expected = 1
+    for n, stride in zip(reversed(shape), reversed(strides)):
+        if n != 1 and stride != expected:
+            return False
+        expected *= n
+    return True
 
 
 def _kernel_readers(steps: Sequence[Any]) -> tuple[dict[str, int], set[str]]:
