@@ -238,8 +238,7 @@ def bind_mapped(bound: Any, srcs: Sequence[np.ndarray], host_outputs: Sequence[A
     numel = bound.layout.numel
     for step in steps:
         ins = [srcs[p] for p in step.inputs]
-        outs = [_output_array(bound, host_outputs[pos], buffer, numel[buffer])
-                for pos, buffer in step.outputs]
+        outs = [output_array(bound, host_outputs[pos], buffer) for pos, buffer in step.outputs]
         last = bound.mapped_arrays.get(step.index)
         same_inputs = last is not None and all(a is b for a, b in zip(ins, last))
         if same_inputs and not outs:
@@ -261,19 +260,21 @@ def bind_mapped(bound: Any, srcs: Sequence[np.ndarray], host_outputs: Sequence[A
             # the inputs' addresses are known (an output's is read by a kernel that needs
             # it: numba's dispatcher does not)
             hosts = {streamed[p].buffer: host.reshape(-1) for p, host in zip(step.inputs, ins)}
-            hosts.update((buffer, host.reshape(-1)) for (_, buffer), host in zip(step.outputs, outs))
+            hosts.update((buffer, host.reshape(-1))
+                         for (_, buffer), host in zip(step.outputs, outs))
             bind(step.index, hosts, {streamed[p].buffer: a for p, a in zip(step.inputs, key)})
             bound.mapped_keys[step.index] = key
 
 
-def _output_array(bound: Any, host: Any, buffer: str, numel: int) -> np.ndarray:
-    """The array a mapped output's kernel writes: the caller's, or, where the caller
-    left the output out (None), a scratch array of the binding's."""
+def output_array(bound: Any, host: Any, buffer: str) -> np.ndarray:
+    """The array a mapped output's kernel writes (and the download counts): the caller's,
+    or, where the caller left the output out (None), a scratch array of the binding's."""
     if host is not None:
         return host
     scratch = bound.mapped_scratch.get(buffer)
     if scratch is None:
-        scratch = bound.mapped_scratch[buffer] = np.empty(numel, bound.mapped_dtypes[buffer])
+        scratch = bound.mapped_scratch[buffer] = np.empty(bound.layout.numel[buffer],
+                                                          bound.mapped_dtypes[buffer])
     return scratch
 
 

@@ -29,7 +29,7 @@ from simaccel.runtime.constbank import ConstantBank
 from simaccel.runtime.device import Device
 from simaccel.runtime import tiers
 from simaccel.runtime.group import bind_launch
-from simaccel.runtime.hostmap import (MAPPED, bind_mapped, mapped_steps,
+from simaccel.runtime.hostmap import (MAPPED, bind_mapped, mapped_steps, output_array,
                                       unbound_mapped_launch)
 from simaccel.runtime.memory import Block
 from simaccel.runtime.layout import MAX_LAYOUTS, Layouts, SizedLayout, output_view
@@ -89,6 +89,11 @@ class Program:
         #: (output position, buffer) of the outputs their kernel writes in host memory
         self._mapped_outputs = tuple((k, out.buffer) for k, out in enumerate(spec.outputs)
                                      if out is not None and out.mapped)
+        #: buffer -> dtype of each host-mapped input and output (checked on a new array)
+        self._mapped_dtypes = {p.buffer: np.dtype(p.dtype) for p in self._streamed
+                               if p.placement in MAPPED}
+        self._mapped_dtypes.update((b, np.dtype(spec.buffers[b].dtype))
+                                   for _, b in self._mapped_outputs)
         #: the kernels accessing host memory, bound to each call's host arrays
         self._mapped_steps = mapped_steps(spec.steps, self._streamed, spec.outputs)
         self._updates_flags = [p.placement is Placement.MAPPED_UPDATE for p in self._streamed]
@@ -323,11 +328,7 @@ class Program:
         bound = BoundWorkspace(block.offset, views, outputs,
                                [views.get(p.buffer) for p in self._streamed], launches,
                                durations, layout)
-        bound.mapped_dtypes = {p.buffer: np.dtype(p.dtype) for p in self._streamed
-                               if p.placement in MAPPED}
-        bound.mapped_dtypes.update((b, np.dtype(self.spec.buffers[b].dtype))
-                                   for _, b in self._mapped_outputs)
-        bound.addresses = addresses
+        bound.mapped_dtypes, bound.addresses = self._mapped_dtypes, addresses
         if len(self._bound) >= MAX_LAYOUTS:
             self._bound.pop(next(iter(self._bound)))  # the oldest size tuple's
         self._bound[layout.key] = bound
@@ -464,8 +465,7 @@ class Program:
                                    bound.output_labels, None, None, done)
                 return
         written = [(args[index], buffer) for index, buffer in self._updated]
-        written += [(host_outputs[k] if host_outputs[k] is not None
-                     else bound.mapped_scratch[buffer], buffer)
+        written += [(output_array(bound, host_outputs[k], buffer), buffer)
                     for k, buffer in self._mapped_outputs]
         srcs, dsts, labels, staged, mapped = download_batch(
             bound.output_copies, host_outputs, self.spec.writebacks, self._first_writeback,
