@@ -222,14 +222,43 @@ def with_index_check(body: list[str]) -> list[str]:
         "        raise lib.KernelIndexError()"])
 
 
+#: a static innermost loop shorter than this many iterations is merged with the loops
+#: around it. LLVM vectorises a loop with 16 lanes (AVX-512 float32) interleaved 4 times
+#: and runs a shorter trip count scalar: measured on a q/k/v bias-plus-transpose copy of
+#: 16K float32 elements, inner loops of 16-32 took 13 us, the same loops merged into one
+#: of 2048 (indices by ``//`` and ``%``) 5 us, and an inner loop of 64 1.5 us unmerged.
+SHORT_LOOP = 64
+
+
 def loop_nest(index: list[str], shape: tuple[int, ...], parallel: bool,
               indent: str) -> tuple[list[str], str]:
+    """The ``for`` statements of a loop nest over ``index`` (extents ``shape``), the
+    outermost a prange if ``parallel``, and the indent of its body. A short static tail
+    (:data:`SHORT_LOOP`) becomes one loop whose body recovers the tail's indices."""
+    start = _merged_tail_start(shape)
     lines = []
-    for depth, (var, size) in enumerate(zip(index, shape)):
+    for depth, (var, size) in enumerate(zip(index[:start], shape[:start])):
         rng = "prange" if parallel and depth == 0 else "range"
         lines.append(f"{indent}for {var} in {rng}({source(size)}):")
         indent += "    "
-    return lines, indent
+    if start == len(index):
+        return lines, indent
+    flat = f"{index[start]}_tail"
+    rng = "prange" if parallel and start == 0 else "range"
+    lines.append(f"{indent}for {flat} in {rng}({source(prod(shape[start:]))}):")
+    indent += "    "
+    return lines + split_flat(flat, index[start:], shape[start:], indent), indent
+
+
+def _merged_tail_start(shape: tuple[Any, ...]) -> int:
+    """The first dimension of the static tail of ``shape`` merged into one loop: the
+    fewest trailing dimensions reaching :data:`SHORT_LOOP` iterations, when the innermost
+    one is shorter (``len(shape)``: nothing merged)."""
+    start, count = len(shape), 1
+    while start > 0 and count < SHORT_LOOP and isinstance(shape[start - 1], int):
+        count *= shape[start - 1]
+        start -= 1
+    return start if len(shape) - start > 1 else len(shape)
 
 
 def kernel_args(out_buffer: str, body: list[Expr]) -> list[str]:
