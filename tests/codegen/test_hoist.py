@@ -1,0 +1,66 @@
+"""Loop-invariant code motion (:mod:`simaccel.codegen.hoist`): which kernel statements
+move before the loops, and that kernels with moved statements equal eager."""
+from __future__ import annotations
+
+import pathlib
+
+import torch
+
+from simaccel.codegen.hoist import hoist_invariants
+from tests.conftest import check
+
+BODY = [
+    "    for i0 in range(64):",
+    "        t0 = x[np.uint64(i0)]",
+    "        t1 = bank[np.uint64(0)]",
+    "        t2 = np.float32(np.float64(t1))",
+    "        t3 = np.float32((t0 * t2))",
+    "        out[np.uint64(i0)] = t3",
+]
+
+
+def test_a_constant_position_load_and_its_conversions_move_before_the_loops():
+    assert hoist_invariants(BODY, ["out", "x", "bank"]) == [
+        "    t1 = bank[np.uint64(0)]",
+        "    t2 = np.float32(np.float64(t1))",
+        "    for i0 in range(64):",
+        "        t0 = x[np.uint64(i0)]",
+        "        t3 = np.float32((t0 * t2))",
+        "        out[np.uint64(i0)] = t3",
+    ]
+
+
+def test_a_buffer_the_kernel_stores_into_is_read_in_the_loop():
+    body = BODY[:-1] + ["        bank[np.uint64(0)] = t3"]
+    assert hoist_invariants(body, ["out", "x", "bank"]) == body
+
+
+def test_nothing_moves_out_of_a_loop_that_may_not_run():
+    for header in ("    for i0 in range(s0):", "    for i0 in range(0):", "    if flag:"):
+        body = [header] + BODY[1:]
+        assert hoist_invariants(body, ["out", "x", "bank"]) == body, header
+
+
+def test_a_name_bound_twice_stays_where_it_is():
+    body = BODY + ["    if wide_args:", "        t1 = bank[np.uint64(0)]"]
+    assert hoist_invariants(body, ["out", "x", "bank"]) == body
+
+
+def test_an_unknown_function_is_not_taken_for_pure():
+    body = BODY[:3] + ["        t2 = side_effect(t1)"] + BODY[4:]
+    assert hoist_invariants(body, ["out", "x", "bank"])[:2] == [
+        "    t1 = bank[np.uint64(0)]", "    for i0 in range(64):"]
+
+
+def test_a_kernel_scaling_by_a_0d_input_reads_it_once_and_equals_eager():
+    x, scale = torch.randn(32, 48), torch.tensor(0.37)
+    result = check(lambda x, s: torch.softmax(x * s, -1) + x * s, x, scale,
+                   rtol=1e-4, atol=1e-5)
+    sources = [pathlib.Path(k.path).read_text() for r in result.reports for k in r.kernels]
+    moved = [s for s in sources if _before_first_loop(s, "[np.uint64(0)]")]
+    assert moved, sources
+
+
+def _before_first_loop(source: str, text: str) -> bool:
+    body = source.split("def kernel(", 1)[1]
+    return text in body.split("    for ", 1)[0]
