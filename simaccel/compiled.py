@@ -57,6 +57,9 @@ class CompiledGraph:
         #: between calls; the 0-d inputs the bank reads by value are never kept
         static = static_inputs - self.bank_inputs
         self._static = StaticViews(static, bool(program.spec.symbols)) if static else None
+        #: resident inputs without a kept view: their content key is made on its own
+        #: (the others' comes with their view, in the same pass over the arguments)
+        self._unkept_resident = [i for i in self.resident if i not in static]
         #: static-address 0-d inputs the bank reads by value and the graph updates in
         #: place (an optimizer's step counts): their write-back views, kept as
         #: (tensor, data address, view) by index
@@ -82,7 +85,8 @@ class CompiledGraph:
         host_arrays = self._host_arrays
         if host_arrays is None or host_arrays.count != len(args):
             return self._first_call(args)
-        host_args, data_ptrs = host_arrays(args)
+        keys: dict[int, Any] | None = {} if self.resident else None
+        host_args, data_ptrs = host_arrays(args, keys)
         layout = self.program.layout_for(host_args)
         makers, scalars = self._outputs.at(layout.sizes)
         if self._plain:
@@ -91,8 +95,8 @@ class CompiledGraph:
                              layout)
             args.clear()
             return outputs
-        keys = {i: self._content_key(i, args[i]) for i in self.resident} \
-            if self.resident else None
+        for i in self._unkept_resident:
+            keys[i] = _content_key(args[i])  # type: ignore[index]
         outputs = [None if make is None else make() for make in makers]
         hosts = [None if o is None else _numpy_view(o) for o in outputs]
         if self._writebacks:
@@ -117,14 +121,6 @@ class CompiledGraph:
             return self(args)
         finally:
             compile_pool.release_deferred()
-
-    def _content_key(self, index: int, t: Any) -> tuple:
-        """The content key of resident input ``t`` at ``index`` (after :class:`HostArrays`
-        saw it this call): a kept static view's token and the version, else its own."""
-        static = self._static
-        if static is not None and index in static.indices:
-            return static.content_key(index, t)
-        return _content_key(t)
 
     def _writeback_view(self, index: int, t: Any, host: Any) -> np.ndarray:
         """The array an input mutation of ``t`` is copied into: kept with the input's
@@ -184,10 +180,12 @@ class StaticViews:
         self.host_arrays([index], {index: t}, host, ptrs)
         return host[index], ptrs[index]
 
-    def host_arrays(self, indices: list[int], args: Any, host: Any, ptrs: Any) -> None:
+    def host_arrays(self, indices: list[int], args: Any, host: Any, ptrs: Any,
+                    keys: dict[int, Any] | None = None) -> None:
         """:meth:`host_array` of ``args[i]`` into ``host[i]`` and ``ptrs[i]`` for each of
-        ``indices`` (a kept view found inline: this runs for every static input of every
-        call)."""
+        ``indices``, and, given ``keys``, its :meth:`content_key` into ``keys[i]`` (a kept
+        view found inline: this runs for every static input of every call; a GPT-2 call
+        takes 80 parameters, one pass over them instead of two saved ~15 us)."""
         kept_views = self._kept
         dynamic = self._dynamic
         for i in indices:
@@ -198,8 +196,12 @@ class StaticViews:
                 if kept[1] == ptr and (not dynamic or (kept[2] == t.shape
                                                        and kept[3] == t.stride())):
                     host[i], ptrs[i] = kept[4], ptr
+                    if keys is not None:
+                        keys[i] = (kept[5], t._version)
                     continue
             host[i], ptrs[i] = self._keep(i, t)
+            if keys is not None and isinstance(t, torch.Tensor):
+                keys[i] = self.content_key(i, t)
 
     def _keep(self, index: int, t: Any) -> tuple[Any, int]:
         """A new view of ``t`` at ``index``, kept for the next calls (a tensor)."""
@@ -258,7 +260,10 @@ class HostArrays:
         self._bank = [i for i in range(count) if i in scalar_indices and i not in kept]
         self._plain = [i for i in range(count) if i not in kept and i not in scalar_indices]
 
-    def __call__(self, args: list[Any]) -> tuple[list[Any], list[int]]:
+    def __call__(self, args: list[Any], keys: dict[int, Any] | None = None
+                 ) -> tuple[list[Any], list[int]]:
+        """(host arrays, data addresses) of ``args``; ``keys``, if given, receives the
+        content key of every kept static view (:meth:`StaticViews.host_arrays`)."""
         host = list(args)  # Python numbers (lifted scalars Dynamo passed) stay as they are
         ptrs = [0] * len(args)
         for i in self._plain:
@@ -273,7 +278,8 @@ class HostArrays:
             elif not _is_number(a):
                 host[i], ptrs[i] = _general_host_array(a)
         if self._kept:
-            self._static.host_arrays(self._kept, args, host, ptrs)  # type: ignore[union-attr]
+            self._static.host_arrays(self._kept, args, host, ptrs,  # type: ignore[union-attr]
+                                     keys)
         for i in self._bank:
             a = args[i]
             if type(a) is torch.Tensor and a.dim() == 0 and a.dtype in BANK_TORCH_DTYPES:
