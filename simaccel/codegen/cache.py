@@ -45,6 +45,7 @@ except ImportError:  # pragma: no cover - not POSIX: processes compile independe
 
 from simaccel.cachedir import default_cache_dir, ensure_private_dir, write_atomic
 from simaccel.codegen import native
+from simaccel.codegen.threads import start_kernel_threads
 from simaccel.errors import KernelCompileError
 from simaccel.guards.dynamo import megacache
 
@@ -95,6 +96,8 @@ class KernelCache:
             fn = self._loaded.get((digest, key))
             if fn is not None:
                 return LoadedKernel(fn, "memory", path, digest)
+            if "parallel=True" in source:
+                start_kernel_threads()  # before numba starts them (threads.py says why)
             with _compile_lock(path):
                 self._write_verified(path, source, digest)
                 fn = self._load_native(path, key)

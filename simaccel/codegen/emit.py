@@ -28,12 +28,14 @@ HALF_STORE = {"bfloat16": "lib.bf16_store", "float16": "lib.f16_store"}
 #: A kernel runs its outer loop with prange (numba's threads) when its iteration space
 #: reaches :data:`PARALLEL_THRESHOLD` elements, or its iteration space times its work per
 #: element reaches this (in "adds"; see :func:`element_work`). Measured on the 2-core
-#: machine (note on issue 16): at 131K-262K elements parallel adds and row sums took 2x
-#: longer; idle, softmax rows of 131K elements took 0.6x and layer norm + GELU of 262K
-#: 0.9x, but with the other core busy 1.5-2x (one thread waits for the time-sliced
-#: one), while the exp passes of a 524K-element attention softmax won idle (0.7x) and
-#: busy (0.55x). This bound parallelises the last and not the others.
-PARALLEL_WORK = 1 << 23
+#: machine (notes on issue 16): at 131K-262K elements parallel adds and row sums took up
+#: to 2x longer, so a cheap kernel needs 512K elements (work 2). A kernel with
+#: transcendentals wins from ~64K elements: on the GPT-2 forward (same process, serial
+#: and prange builds timed in alternating rounds) its masked softmax rows (32K elements,
+#: exp) and tanh-GELU (64K) in prange made the whole call 0.90-0.96x as long idle and
+#: 0.86-0.94x with a busy loop on the other core (session 19; an earlier bound of 8M
+#: kept them serial).
+PARALLEL_WORK = 1 << 20
 #: work of one transcendental scalar op (exp, log, tanh, erf, sin, pow...) in adds:
 #: the vectorised float32 polynomials cost ~10-20 multiply-adds
 COSTLY_OP_WORK = 16
@@ -142,6 +144,8 @@ class BodyEmitter:
         self.prefix = prefix
         self.fast_trig = fast_trig
         self.range_checked = False
+        #: temps holding each fast helper's out-of-range count (see :meth:`flag_lines`)
+        self.wide_terms: list[str] = []
         self.keys = keys or StructuralKeys()
         self.lines: list[str] = []
         self.names: dict[int, str] = {}
@@ -184,9 +188,17 @@ class BodyEmitter:
 
     def _range_checked(self, expr: Op, arg: str) -> str:
         name = self._new(f"{dtype_ctor(expr.dtype)}({scalar_ops.RANGE_CHECKED[expr.name]}({arg}))")
-        self.lines.append(f"{self.indent}{RANGE_FLAG} += lib.trig_arg_wide({arg})")
+        self.wide_terms.append(self._new(f"lib.trig_arg_wide({arg})"))
         self.range_checked = True
         return name
+
+    def flag_lines(self) -> list[str]:
+        """The one statement counting this body's out-of-range arguments into
+        :data:`RANGE_FLAG` (none without fast trig helpers): numba's prange accepts a
+        reduction variable updated once per iteration, not once per helper."""
+        if not self.wide_terms:
+            return []
+        return [f"{self.indent}{RANGE_FLAG} += {' + '.join(self.wide_terms)}"]
 
 
 def _decorator(parallel: bool) -> str:
@@ -310,7 +322,7 @@ def pointwise_body(k: PointwiseKernel, indent: str, fast_trig: bool,
     else:
         store = (f"{indent}{k.out.buffer}[{index_source(k.out.offset_source(k.index))}] = "
                  f"{store_source(result, k.body.dtype)}")
-    return body.lines + [store], body.range_checked
+    return body.lines + body.flag_lines() + [store], body.range_checked
 
 
 _INIT = {
@@ -454,7 +466,8 @@ def reduction_body(k: ReductionKernel, indent: str, fast_trig: bool,
         out_dtype = "int64" if is_arg else part.out_dtype
         value = store_source(f"{dtype_ctor(out_dtype)}({result})", out_dtype)
         stores.append(f"{indent}{part.out.buffer}[{index_source(part.out_offset_src)}] = {value}")
-    return lines + red_lines + body.lines + combine + stores, body.range_checked
+    return (lines + red_lines + body.lines + body.flag_lines() + combine + stores,
+            body.range_checked)
 
 
 def emit_extern(k: ExternKernel) -> tuple[str, list[str]]:
