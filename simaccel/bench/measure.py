@@ -93,6 +93,23 @@ def time_batches(fn: Callable, args: tuple, batches: int, batch: int) -> list[fl
     return out
 
 
+def time_batches_beside(fn: Callable, baseline: Callable, args: tuple, batches: int,
+                        batch: int) -> tuple[list[float], list[float]]:
+    """:func:`time_batches` of ``fn`` and of ``baseline``, batch for batch in alternating
+    order (neither always runs on the warmer caches): the machine's load moves both, so
+    their ratio holds where a separate process per backend, minutes apart, does not."""
+    settle()
+    ours: list[float] = []
+    theirs: list[float] = []
+    for k in range(batches):
+        for which in ((fn, ours), (baseline, theirs))[::1 if k % 2 == 0 else -1]:
+            start = time.perf_counter()
+            for _ in range(batch):
+                which[0](*args)
+            which[1].append((time.perf_counter() - start) / batch)
+    return ours, theirs
+
+
 def batch_size_for(fn: Callable, args: tuple, budget_s: float = 2e-3) -> int:
     """Calls per batch so one batch takes about ``budget_s`` seconds (1..1000)."""
     settle()

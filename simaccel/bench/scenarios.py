@@ -312,14 +312,26 @@ def prepare_kernel(name: str, backend: str, quick: bool) -> tuple[Callable, tupl
 
 
 def measure_kernel(name: str, backend: str, cfg: BenchConfig) -> Record:
-    """Median seconds per call of a kernel workload (batched timing, no_grad)."""
+    """Median seconds per call of a kernel workload (batched timing, no_grad). At full
+    sizes a compiled backend's batches alternate with plain eager's on the same inputs:
+    ``extra["eager_s"]`` and ``extra["over_eager"]`` are that baseline's median and the
+    ratio of the two (the same rounds: comparable across backends' processes)."""
     compiled, args = prepare_kernel(name, backend, cfg.quick)
+    baseline = KERNEL_WORKLOADS[name].make(cfg.quick)[0] \
+        if backend != "eager" and not cfg.quick else None
+    extra: dict[str, Any] = {}
     with torch.no_grad(), measure.quiet_gc():
         batch = measure.batch_size_for(compiled, args, budget_s=5e-3)
         device_before = measure.device_counters() if backend == "simaccel" else None
-        times = measure.time_batches(compiled, args, cfg.batches, batch)
+        if baseline is None:
+            times = measure.time_batches(compiled, args, cfg.batches, batch)
+        else:
+            times, eager = measure.time_batches_beside(compiled, baseline, args,
+                                                       cfg.batches, batch)
+            extra.update(eager_s=measure.median(eager),
+                         over_eager=measure.median(times) / measure.median(eager))
     sizes = KERNEL_WORKLOADS[name].sizes[1 if cfg.quick else 0]
-    extra: dict[str, Any] = {"calls_per_batch": batch, "quick_sizes": cfg.quick}
+    extra.update(calls_per_batch=batch, quick_sizes=cfg.quick)
     if device_before is not None:
         extra["kernel_s_per_call"] = measure.kernel_seconds_per_call(device_before)
     return Record("kernel", f"{name}[{sizes}]", backend, measure.median(times), len(times),
