@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from simaccel.bench import optim, scenarios
+from simaccel.bench import measure, optim, scenarios
 from simaccel.bench.configmodel import OPERAND_SETTINGS, config_model
 from simaccel.bench.report import Target, fmt_seconds, print_table, targets, to_json
 from simaccel.bench.runner import BenchResult, Task, build_tasks, run_bench, run_tasks, select
@@ -143,6 +143,36 @@ def test_targets_are_computed_from_same_run_baselines():
     adamw = found["simaccel adamw step / plain eager step"]
     assert adamw.value == 0.9 and adamw.met is True and "graphs 1" in adamw.note
     assert found["simaccel sgd_momentum step / plain eager step"].met is None  # skipped
+
+
+def test_kernel_targets_divide_each_backends_same_round_ratio_over_eager():
+    """Backends run in separate processes: each compiled backend's kernel record carries
+    its time over eager's from the same rounds, and the targets use those."""
+    result = _result()
+    result.records += [
+        Record("kernel", "gpt2[6 layers]", "eager", 9e-3, 10),  # a slow moment: ignored
+        Record("kernel", "gpt2[6 layers]", "inductor", 4e-3, 10,
+               {"quick_sizes": False, "over_eager": 0.80}),
+        Record("kernel", "gpt2[6 layers]", "simaccel", 4.5e-3, 10,
+               {"quick_sizes": False, "over_eager": 0.78}),
+        Record("kernel", "mlp[512]", "eager", 1e-3, 10),
+        Record("kernel", "mlp[512]", "simaccel", 1.2e-3, 10,
+               {"quick_sizes": False, "over_eager": 1.1}),
+    ]
+    found = {t.name: t for t in targets(result)}
+    gpt2 = found["simaccel gpt2 / inductor (full size)"]
+    assert abs(gpt2.value - 0.78 / 0.80) < 1e-9 and gpt2.met is True
+    assert found["simaccel mlp / eager (full size)"].value == 1.1
+    assert found["simaccel mlp / eager (full size)"].met is False
+    assert found["simaccel chain8 / inductor (full size)"].met is None  # no inductor record
+
+
+def test_batches_beside_a_baseline_alternate_and_time_both():
+    order: list[str] = []
+    ours, theirs = measure.time_batches_beside(lambda: order.append("a"),
+                                               lambda: order.append("b"), (), 4, 2)
+    assert len(ours) == len(theirs) == 4
+    assert "".join(order) == "aabb" "bbaa" "aabb" "bbaa"
 
 
 def test_warm_over_cold_compile_counts_until_kernels_run_compiled():
