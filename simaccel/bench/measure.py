@@ -84,13 +84,7 @@ def time_batches(fn: Callable, args: tuple, batches: int, batch: int) -> list[fl
     part of what is measured.
     """
     settle()
-    out = []
-    for _ in range(batches):
-        start = time.perf_counter()
-        for _ in range(batch):
-            fn(*args)
-        out.append((time.perf_counter() - start) / batch)
-    return out
+    return [_batch_seconds(fn, args, batch) for _ in range(batches)]
 
 
 def time_batches_beside(fn: Callable, baseline: Callable, args: tuple, batches: int,
@@ -101,13 +95,19 @@ def time_batches_beside(fn: Callable, baseline: Callable, args: tuple, batches: 
     settle()
     ours: list[float] = []
     theirs: list[float] = []
+    pairs = [(fn, ours), (baseline, theirs)]
     for k in range(batches):
-        for which in ((fn, ours), (baseline, theirs))[::1 if k % 2 == 0 else -1]:
-            start = time.perf_counter()
-            for _ in range(batch):
-                which[0](*args)
-            which[1].append((time.perf_counter() - start) / batch)
+        for f, times in (pairs if k % 2 == 0 else pairs[::-1]):
+            times.append(_batch_seconds(f, args, batch))
     return ours, theirs
+
+
+def _batch_seconds(fn: Callable, args: tuple, batch: int) -> float:
+    """Mean seconds per call of ``batch`` calls ``fn(*args)`` timed together."""
+    start = time.perf_counter()
+    for _ in range(batch):
+        fn(*args)
+    return (time.perf_counter() - start) / batch
 
 
 def batch_size_for(fn: Callable, args: tuple, budget_s: float = 2e-3) -> int:

@@ -300,6 +300,14 @@ def _lift_record(lift: str, workload: str, runs: list[dict[str, Any]]) -> Record
 
 def prepare_kernel(name: str, backend: str, quick: bool) -> tuple[Callable, tuple]:
     """The workload compiled (dynamic=False), run once and checked against eager."""
+    _, compiled, args = _checked_workload(name, backend, quick)
+    return compiled, args
+
+
+def _checked_workload(name: str, backend: str, quick: bool) -> tuple[Callable, Callable, tuple]:
+    """(the eager function, it compiled by ``backend``, its arguments): see
+    :func:`prepare_kernel`. Calling the function itself still runs eager
+    (``torch.compile`` wraps it and leaves it as it was)."""
     workload = KERNEL_WORKLOADS[name]
     measure.fresh_dynamo()
     fn, args = workload.make(quick)
@@ -308,7 +316,7 @@ def prepare_kernel(name: str, backend: str, quick: bool) -> tuple[Callable, tupl
         expected, actual = fn(*args), compiled(*args)
     rtol, atol = workload.tol_for(backend)
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
-    return compiled, args
+    return fn, compiled, args
 
 
 def measure_kernel(name: str, backend: str, cfg: BenchConfig) -> Record:
@@ -316,9 +324,8 @@ def measure_kernel(name: str, backend: str, cfg: BenchConfig) -> Record:
     sizes a compiled backend's batches alternate with plain eager's on the same inputs:
     ``extra["eager_s"]`` and ``extra["over_eager"]`` are that baseline's median and the
     ratio of the two (the same rounds: comparable across backends' processes)."""
-    compiled, args = prepare_kernel(name, backend, cfg.quick)
-    baseline = KERNEL_WORKLOADS[name].make(cfg.quick)[0] \
-        if backend != "eager" and not cfg.quick else None
+    fn, compiled, args = _checked_workload(name, backend, cfg.quick)
+    baseline = fn if backend != "eager" and not cfg.quick else None
     extra: dict[str, Any] = {}
     with torch.no_grad(), measure.quiet_gc():
         batch = measure.batch_size_for(compiled, args, budget_s=5e-3)

@@ -64,8 +64,8 @@ class _Motion:
         body (static, non-zero trip counts) and no conditional is in between."""
         for statement in statements:
             if isinstance(statement, ast.For):
-                self.visit(statement.body, loops + 1, movable and _static_block(statement))
-            elif isinstance(statement, (ast.If, ast.While)):
+                self.visit(statement.body, loops + 1, movable and _static_loop(statement))
+            elif isinstance(statement, ast.If):
                 self.visit(statement.body, loops, False)
                 self.visit(statement.orelse, loops, False)
             elif loops and movable and _alone_on_its_line(statement, self.body) \
@@ -95,12 +95,10 @@ def _stores(function: ast.AST) -> tuple[frozenset[str], dict[str, int]]:
     return frozenset(written), counts
 
 
-def _static_block(statement: ast.stmt) -> bool:
-    """True for a ``for v in range(N)`` / ``prange(N)`` with a literal N > 0; False for
-    any other block (a conditional or a dynamic loop may not run its body)."""
-    if not isinstance(statement, ast.For):
-        return False
-    it = statement.iter
+def _static_loop(loop: ast.For) -> bool:
+    """True for a ``for v in range(N)`` / ``prange(N)`` with a literal N > 0 (a dynamic
+    loop may not run its body)."""
+    it = loop.iter
     return (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
             and it.func.id in ("range", "prange") and len(it.args) == 1
             and isinstance(it.args[0], ast.Constant) and type(it.args[0].value) is int
