@@ -18,13 +18,13 @@ import torch.fx
 from simaccel.attention import ATTENTION_DECOMPOSITIONS
 from simaccel.codegen.compile import assemble
 from simaccel.codegen.graph import GraphLowering
-from simaccel.compiled import CompiledGraph, graph_outputs
+from simaccel.compiled import CompiledGraph, direct_caller, graph_outputs
 from simaccel.errors import UnsupportedOpError
 from simaccel.guards import dynamo, prepare_frame
 from simaccel.guards.buckets import bucket_guards
 from simaccel.guards.dynamo import (aot_module_simplified, core_aten_decomposition_table,
                                     decompositions_for, errors_reach_user,
-                                    runtime_wrapper_needed, unset_fake_temporarily)
+                                    direct_call, unset_fake_temporarily)
 from simaccel.input_plan import (InputFacts, backward_input_facts, bank_dtypes,
                                  forward_input_facts, frame_input_facts, plan_inputs)
 from simaccel.options import Options, parse_options
@@ -167,13 +167,12 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
         return _noted(compile_graph(graph, inputs, opts, "backward", facts, guard_report,
                                     bounds), ddp)
 
-    inference: list[tuple[CompiledGraph, str | None]] = []
+    inference: list[tuple[CompiledGraph, dynamo.DirectCall | str]] = []
     autocast = any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
 
     def inference_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
         compiled = fw_compiler(graph, inputs)
-        inference.append((compiled, runtime_wrapper_needed(gm, graph, len(example_inputs),
-                                                           autocast)))
+        inference.append((compiled, direct_call(gm, graph, len(example_inputs), autocast)))
         return compiled
 
     forward = aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler,
@@ -201,22 +200,29 @@ def _noted(compiled: Any, ddp: str) -> Any:
 
 
 def _call_path(gm: torch.fx.GraphModule, forward: Callable[..., Any],
-               inference: list[tuple[CompiledGraph, str | None]]) -> Callable[..., Any]:
+               inference: list[tuple[CompiledGraph, dynamo.DirectCall | str]]
+               ) -> Callable[..., Any]:
     """What Dynamo calls: an inference graph that needs none of AOTAutograd's runtime
-    wrapper is called directly (~8 us a call less), and its lifted floats come as Python
-    numbers rather than 0-d tensors (~3 us each); anything else through the wrapper.
-    The choice is recorded in the graph's compile report."""
+    wrapper is called directly (~8-15 us a call less), and its lifted floats come as
+    Python numbers rather than 0-d tensors (~3 us each); anything else through the
+    wrapper. The choice is recorded in the graph's compile report."""
     if len(inference) != 1:  # a training graph: AOTAutograd's autograd.Function runs it
         return forward
-    compiled, why = inference[0]
-    if why is not None:
-        path, called = f"AOTAutograd runtime wrapper ({why})", forward
+    compiled, direct = inference[0]
+    if isinstance(direct, str):
+        path, called = f"AOTAutograd runtime wrapper ({direct})", forward
     else:
-        unwrapped = dynamo.pass_scalars_unwrapped(gm, compiled.bank_inputs)
-        numbers = f"; {len(unwrapped)} lifted scalar(s) passed as Python numbers" \
-            if unwrapped else ""
-        path = f"direct (inference graph, no AOTAutograd runtime wrapper needed{numbers})"
-        called = compiled.call_unboxed
+        held = len(direct.held)
+        unwrapped = dynamo.pass_scalars_unwrapped(
+            gm, [i - held for i in compiled.bank_inputs if i >= held])
+        notes = [f"{held} module-held tensor(s) passed first"] if held else []
+        notes += [f"{len(direct.bumped)} mutated input(s) version-bumped"] \
+            if direct.bumped else []
+        notes += [f"{len(unwrapped)} lifted scalar(s) passed as Python numbers"] \
+            if unwrapped else []
+        path = "direct (inference graph, no AOTAutograd runtime wrapper needed" + \
+            "".join(f"; {note}" for note in notes) + ")"
+        called = direct_caller(compiled, direct.held, direct.bumped)
     if compiled.report is not None:
         compiled.report.call_path = path
     return called

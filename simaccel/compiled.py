@@ -116,7 +116,8 @@ class CompiledGraph:
         """The first call (or one with another argument count): sorts the argument
         positions, then calls; the kernels it ran in tier 0 start compiling when it
         returns (:func:`~simaccel.codegen.compile_pool.release_deferred`)."""
-        self._host_arrays = HostArrays(len(args), self.bank_inputs, self._static)
+        self._host_arrays = HostArrays(len(args), self.bank_inputs, self._static,
+                                       bool(self.program.spec.symbols))
         try:
             return self(args)
         finally:
@@ -141,6 +142,24 @@ class CompiledGraph:
         """Dynamo's calling convention (positional arguments), for graphs Dynamo calls
         directly, without AOTAutograd's runtime wrapper."""
         return self(list(args))
+
+
+def direct_caller(compiled: Any, held: tuple[torch.Tensor, ...] = (),
+                  bumped: tuple[int, ...] = ()) -> Callable[..., list[Any]]:
+    """What Dynamo calls in place of AOTAutograd's runtime wrapper around ``compiled`` (a
+    boxed graph callable with ``call_unboxed``): its arguments with the frame module's
+    ``held`` tensors first, after incrementing the version of the inputs at ``bumped``
+    (graph positions), as the wrapper does (:class:`simaccel.guards.dynamo.DirectCall`)."""
+    if not held and not bumped:
+        return compiled.call_unboxed
+    held_list = list(held)
+
+    def call(*args: Any) -> list[Any]:
+        full = held_list + list(args)
+        if bumped:
+            torch.autograd.graph.increment_version(tuple(full[i] for i in bumped))
+        return compiled(full)
+    return call
 
 
 def _content_key(t: torch.Tensor) -> tuple:
@@ -252,13 +271,18 @@ class HostArrays:
     else at any position takes the general conversion."""
 
     def __init__(self, count: int, scalar_indices: frozenset[int] = frozenset(),
-                 static: StaticViews | None = None):
+                 static: StaticViews | None = None, dynamic: bool = True):
         kept = static.indices if static is not None else frozenset()
         self.count = count
         self._static = static
         self._kept = [i for i in range(count) if i in kept]
         self._bank = [i for i in range(count) if i in scalar_indices and i not in kept]
         self._plain = [i for i in range(count) if i not in kept and i not in scalar_indices]
+        #: index -> (tensor, data address, view, sizes, strides) of the last small plain
+        #: input there (:data:`KEEP_VIEW_MAX_BYTES`)
+        self._small: dict[int, tuple] = {}
+        #: whether sizes can change between calls (else Dynamo's guards pinned them)
+        self._dynamic = dynamic
 
     def __call__(self, args: list[Any], keys: dict[int, Any] | None = None
                  ) -> tuple[list[Any], list[int]]:
@@ -266,11 +290,19 @@ class HostArrays:
         content key of every kept static view (:meth:`StaticViews.host_arrays`)."""
         host = list(args)  # Python numbers (lifted scalars Dynamo passed) stay as they are
         ptrs = [0] * len(args)
+        small = self._small
         for i in self._plain:
             a = args[i]
-            if type(a) is torch.Tensor and not a.requires_grad and a.dtype in PLAIN_TORCH_DTYPES:
+            kept = small.get(i)
+            if kept is not None and kept[0] is a and kept[1] == a.data_ptr() and (
+                    not self._dynamic or (kept[3] == a.shape and kept[4] == a.stride())):
+                host[i], ptrs[i] = kept[2], kept[1]
+            elif type(a) is torch.Tensor and not a.requires_grad \
+                    and a.dtype in PLAIN_TORCH_DTYPES:
                 host[i] = a.numpy()
                 ptrs[i] = a.data_ptr()
+                if a.nbytes <= KEEP_VIEW_MAX_BYTES:
+                    small[i] = (a, ptrs[i], host[i], a.shape, a.stride())
             elif type(a) is torch.Tensor and not a.requires_grad \
                     and a.dtype in PLAIN_HALF_TORCH_DTYPES:  # mixed-precision activations
                 host[i] = byte_view(a).numpy()
@@ -287,6 +319,14 @@ class HostArrays:
             elif not _is_number(a):
                 host[i], ptrs[i] = _general_host_array(a)
         return host, ptrs
+
+
+#: a plain per-call tensor input of at most this many bytes keeps its host view until
+#: the next call at its position: the same tensor object at the same address (an
+#: optimizer's gradient, a model's fixed mask) is the same memory, so its view is reused
+#: (~1 us a tensor less). Small, because the kept view holds the tensor's memory one
+#: call longer.
+KEEP_VIEW_MAX_BYTES = 64 << 10
 
 
 def _is_number(value: Any) -> bool:

@@ -10,6 +10,7 @@ inputs' pinned facts (this module knows nothing of torch).
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -235,6 +236,7 @@ def bind_mapped(bound: Any, srcs: Sequence[np.ndarray], host_outputs: Sequence[A
     reading inputs only, to the same addresses (a caller passing the same tensor every
     call binds nothing after the first; new output arrays rebind every call). Each new
     array is checked against the compiled layout first."""
+    bound.mapped_sources = None  # until every launch is bound to these
     numel = bound.layout.numel
     for step in steps:
         ins = [srcs[p] for p in step.inputs]
@@ -264,6 +266,16 @@ def bind_mapped(bound: Any, srcs: Sequence[np.ndarray], host_outputs: Sequence[A
                          for (_, buffer), host in zip(step.outputs, outs))
             bind(step.index, hosts, {streamed[p].buffer: a for p, a in zip(step.inputs, key)})
             bound.mapped_keys[step.index] = key
+    # with no mapped output, the next call on these very arrays binds nothing
+    bound.mapped_sources = None if any(step.outputs for step in steps) else list(srcs)
+
+
+def bound_to(bound: Any, srcs: Sequence[Any]) -> bool:
+    """Whether :func:`bind_mapped` bound every mapped launch of ``bound`` to these very
+    arrays (``srcs``: the streamed inputs' host arrays) and no launch writes a mapped
+    output: then a call on them binds nothing (kept views pass the same arrays)."""
+    last = bound.mapped_sources
+    return last is not None and all(map(operator.is_, srcs, last))
 
 
 def output_array(bound: Any, host: Any, buffer: str) -> np.ndarray:

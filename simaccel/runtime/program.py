@@ -29,8 +29,8 @@ from simaccel.runtime.constbank import ConstantBank
 from simaccel.runtime.device import Device
 from simaccel.runtime import tiers
 from simaccel.runtime.group import bind_launch
-from simaccel.runtime.hostmap import (MAPPED, bind_mapped, mapped_steps, output_array,
-                                      unbound_mapped_launch)
+from simaccel.runtime.hostmap import (MAPPED, bind_mapped, bound_to, mapped_steps,
+                                      output_array, unbound_mapped_launch)
 from simaccel.runtime.memory import Block
 from simaccel.runtime.layout import MAX_LAYOUTS, Layouts, SizedLayout, output_view
 from simaccel.runtime.replay import record as record_replay
@@ -79,9 +79,9 @@ class Program:
         #: resident inputs the program writes in place (an input mutation)
         self._resident_written = tuple(p for p in self._resident_inputs
                                        if p.index in spec.writebacks)
-        #: the inputs moved in on every call (copied, mapped or updated in host memory),
-        #: in argument order
+        #: inputs moved in every call (copied, mapped, updated in host memory), in order
         self._streamed = spec.inputs_placed(Placement.COPIED, *MAPPED)
+        self._streamed_indices = [p.index for p in self._streamed]
         self._streamed_labels = [p.buffer for p in self._streamed]
         mapped = [p.placement in MAPPED for p in self._streamed]
         #: per streamed input: mapped or copied (None: all copied, the engine's fast path)
@@ -119,19 +119,16 @@ class Program:
 
     @property
     def host_mapped(self) -> dict[int, str]:
-        """The inputs (argument index -> buffer) a kernel reads (or updates) in place in
-        host memory."""
+        """The inputs (argument index -> buffer) a kernel reads or updates in host memory."""
         return {p.index: p.buffer for p in self._streamed if p.placement in MAPPED}
 
     @property
     def mapped_updates(self) -> frozenset[int]:
-        """Argument indices of the inputs their kernel updates in place in host memory:
-        their write-back needs no host array from the caller."""
+        """Argument indices of the inputs their kernel updates in host memory (no write-back)."""
         return frozenset(index for index, _ in self._updated)
 
     def layout_for(self, args: list[Any]) -> SizedLayout:
-        """The layout of a call on ``args`` (host arrays and Python numbers): its sizes
-        read from the arguments the spec's symbols name."""
+        """The layout of a call on ``args``: its sizes read from the arguments symbols name."""
         if not self._symbols:
             return self._layouts.first
         return self._layouts.at(tuple(src.read(args) for src in self._symbols))
@@ -398,16 +395,19 @@ class Program:
 
     def _bind_mapped(self, bound: BoundWorkspace, args: list[Any], host_outputs: list[Any],
                      data_ptrs: list[int] | None) -> None:
-        """Bind the launches accessing host memory (host-mapped inputs and outputs) to
-        this call's host arrays (:func:`~simaccel.runtime.hostmap.bind_mapped`)."""
+        """Bind the launches on host memory to this call's arrays (:func:`.bind_mapped`)."""
+        srcs = list(map(args.__getitem__, self._streamed_indices))
+        if bound_to(bound, srcs):
+            return  # kept views: the very arrays every mapped launch is bound to
+
         def bind(k: int, hosts: dict[str, np.ndarray], host_addresses: dict[str, int]) -> None:
             step = self.spec.steps[k]
             bound.launches[k] = bind_launch(step.fn, self._launch_args(
                 k, [hosts[b] if b in hosts else bound.views[b] for b in step.buffers],
                 bound.layout), [host_addresses.get(b) or bound.addresses.get(b)
                                 for b in step.buffers])
-        bind_mapped(bound, [args[p.index] for p in self._streamed], host_outputs, data_ptrs,
-                    self._streamed, self._mapped_steps, bind)
+        bind_mapped(bound, srcs, host_outputs, data_ptrs, self._streamed, self._mapped_steps,
+                    bind)
 
     def _upload_resident(self, args: list[Any], keys: dict[int, Any] | None,
                          layout: SizedLayout) -> float:

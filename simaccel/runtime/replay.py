@@ -19,6 +19,7 @@ deciding, which is why a replay is ~2x cheaper than the general call on a small 
 """
 from __future__ import annotations
 
+import operator
 import time
 from typing import Any
 
@@ -33,8 +34,9 @@ from simaccel.runtime.spec import Placement
 class Replay:
     """One binding's recorded call (see the module doc); built by :func:`record`."""
 
-    __slots__ = ("bound", "inputs", "outputs", "mapped_reads", "bind_mapped",
-                 "bank", "bank_dst", "calls", "steps", "alignment", "dma", "compute_lock")
+    __slots__ = ("bound", "inputs", "outputs", "mapped_reads", "checked", "accepted",
+                 "bind_mapped", "bank", "bank_dst", "calls", "steps", "alignment", "dma",
+                 "compute_lock")
 
     def __init__(self, bound: BoundWorkspace, program: Any, inputs: list[tuple],
                  outputs: list[tuple], calls: dict[bool, Any]):
@@ -48,6 +50,11 @@ class Replay:
         #: (a misaligned one goes the general way, which names it)
         self.mapped_reads = [p.index for p in program._streamed
                              if p.placement is Placement.MAPPED]
+        #: argument indices of every input :meth:`accepts` checks, and their host arrays
+        #: at the last call it accepted (the same array objects again pass unchecked: a
+        #: numpy array keeps its shape, dtype and address)
+        self.checked = [index for index, _, _, _ in inputs] + self.mapped_reads
+        self.accepted: list[Any] | None = None
         #: binds the launches accessing host memory (mapped inputs and outputs) to this
         #: call's arrays; None when no kernel does
         self.bind_mapped = program._bind_mapped if program._mapped_steps else None
@@ -67,11 +74,12 @@ class Replay:
         (checked before anything moves; a call that does not match goes the general
         way)."""
         alignment = self.alignment
-        for index, _, shape, dtype in self.inputs:
-            src = args[index]
-            if type(src) is not np.ndarray or src.shape != shape or src.dtype != dtype \
-                    or data_ptr(index, src, data_ptrs) % alignment:
+        checked = list(map(args.__getitem__, self.checked))
+        if self.accepted is None or not all(map(operator.is_, checked, self.accepted)):
+            self.accepted = None
+            if not self._inputs_match(args, data_ptrs):
                 return False
+            self.accepted = checked
         for position, _, shape, dtype, index in self.outputs:
             dst = host_outputs[position]
             if type(dst) is not np.ndarray or dst.shape != shape or dst.dtype != dtype \
@@ -79,6 +87,17 @@ class Replay:
                 return False
             if index is not None and data_ptr(index, dst, data_ptrs) % alignment:
                 return False  # an input write-back into a misaligned tensor: staged
+        return True
+
+    def _inputs_match(self, args: list[Any], data_ptrs: list[int] | None) -> bool:
+        """Every copied input of the recorded shape and dtype, it and every mapped input
+        at an aligned address."""
+        alignment = self.alignment
+        for index, _, shape, dtype in self.inputs:
+            src = args[index]
+            if type(src) is not np.ndarray or src.shape != shape or src.dtype != dtype \
+                    or data_ptr(index, src, data_ptrs) % alignment:
+                return False
         for index in self.mapped_reads:
             if data_ptr(index, args[index], data_ptrs) % alignment:
                 return False

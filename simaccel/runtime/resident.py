@@ -80,6 +80,9 @@ class BoundWorkspace:
     #: step index -> the host arrays its mapped launch was last checked on (the same
     #: array objects again need no check: a numpy array keeps its layout)
     mapped_arrays: dict[int, list[np.ndarray]] = field(default_factory=dict)
+    #: every streamed input's host array at the last call that bound the mapped launches
+    #: (the same array objects again, and no mapped output, bind nothing)
+    mapped_sources: list[Any] | None = None
     #: buffer -> data address (bytes) of each workspace view, known from its offset
     #: (reading one back from numpy costs ~2 us, and a launch on host memory is bound
     #: anew every call)

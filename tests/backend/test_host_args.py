@@ -89,7 +89,10 @@ def test_a_static_shape_graph_finds_a_kept_view_by_tensor_and_address() -> None:
     assert kept.host_array(0, torch.zeros(6))[0] is not moved
 
 
-def test_an_optimizer_step_reads_its_state_through_kept_views_and_equals_eager() -> None:
+@pytest.mark.parametrize("grads", ["new", "in_place"])
+def test_an_optimizer_step_reads_its_state_through_kept_views_and_equals_eager(grads) -> None:
+    """Gradients as training gives them: new tensors every step (``zero_grad`` to None),
+    or the same tensors written in place (accumulated; their kept views see it)."""
     import simaccel
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(4, 4)) for _ in range(3)]
@@ -97,16 +100,48 @@ def test_an_optimizer_step_reads_its_state_through_kept_views_and_equals_eager()
     opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=False)
     ref_opt = torch.optim.SGD(ref, lr=0.1, momentum=0.9, foreach=False)
     torch._dynamo.reset()
+    simaccel.get_device().reset_stats()
     step = torch.compile(opt.step, backend="simaccel")
-    for i in range(6):  # new gradients every step, as training gives
+    for i in range(6):
         for p, r in zip(params, ref):
-            p.grad = torch.randn_like(p)
+            if grads == "new" or p.grad is None:
+                p.grad = torch.randn_like(p)
+            else:
+                p.grad.copy_(torch.randn_like(p))
             r.grad = p.grad.clone()
         (step if i else opt.step)()
         ref_opt.step()
-    for p, r in zip(params, ref):
-        torch.testing.assert_close(p, r, rtol=1e-5, atol=1e-6)
-    assert simaccel.get_device().runtime_stats()["kernel_launches"] > 0
+        for p, r in zip(params, ref):
+            torch.testing.assert_close(p, r, rtol=1e-5, atol=1e-6)
+    stats = simaccel.get_device().runtime_stats()
+    assert stats["kernel_launches"] > 0 and stats["host_fallback_ops"] == 0
+    # the optimizer's state reaches the graph as module-held tensors, passed without
+    # AOTAutograd's runtime wrapper; the in-place updates bump versions as eager does
+    assert "module-held tensor(s) passed first" in simaccel.reports()[-1].call_path
+    assert "version-bumped" in simaccel.reports()[-1].call_path
+
+
+def test_a_small_plain_input_keeps_its_view_while_it_is_the_same_memory() -> None:
+    """A per-call input of at most KEEP_VIEW_MAX_BYTES: the same tensor at the same
+    address, sizes and strides reuses its view; memory that moved (``set_``), a reshape
+    in place, or another tensor gets a view of its own. A larger input is never kept."""
+    from simaccel.compiled import KEEP_VIEW_MAX_BYTES
+    convert = HostArrays(2)
+    small = torch.arange(6, dtype=torch.float32)
+    large = torch.zeros(KEEP_VIEW_MAX_BYTES // 4 + 1)
+    first, ptrs = convert([small, large])
+    again, _ = convert([small, large])
+    assert again[0] is first[0] and ptrs[0] == small.data_ptr()
+    assert again[1] is not first[1]
+    small.add_(1)
+    assert again[0][0] == 1.0  # a view of the tensor's memory
+    small.set_(small.untyped_storage(), 0, (2, 3))  # same address, other sizes
+    reshaped, _ = convert([small, large])
+    assert reshaped[0].shape == (2, 3)
+    small.set_(torch.full((6,), 7.0))
+    moved, ptrs = convert([small, large])
+    assert moved[0][0] == 7.0 and ptrs[0] == small.data_ptr()
+    assert convert([torch.zeros(6), large])[0][0] is not moved[0]
 
 
 def test_a_kept_view_keys_its_contents_by_token_and_version() -> None:

@@ -74,13 +74,34 @@ def test_plain_inference_graph_is_called_without_the_aot_runtime_wrapper():
     assert simaccel.get_device().runtime_stats()["kernel_launches"] > 0
 
 
-def test_graphs_needing_the_runtime_wrapper_keep_it_and_say_why():
-    x = torch.randn(4, 5)
+def test_an_input_updated_in_place_is_called_directly_and_bumps_its_version_as_eager():
+    """A data mutation kept in the graph needs only the wrapper's version bump."""
+    x, ref = torch.randn(4, 5), None
     ref = x.clone()
-    out = _run(lambda t: t.mul_(3).sum(), x)
-    torch.testing.assert_close(x, ref * 3)
-    torch.testing.assert_close(out, (ref * 3).sum())
-    assert _last_call_path() == "AOTAutograd runtime wrapper (the graph mutates an input)"
+    compiled_start, eager_start = x._version, ref._version
+    torch._dynamo.reset()
+    step = torch.compile(lambda t: t.mul_(3).sum(), backend="simaccel", dynamic=False)
+    for _ in range(3):
+        out, expected = step(x), ref.mul_(3).sum()
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(x, ref, rtol=1e-6, atol=1e-6)
+    assert x._version - compiled_start == ref._version - eager_start == 3
+    assert _last_call_path() == ("direct (inference graph, no AOTAutograd runtime wrapper "
+                                 "needed; 1 mutated input(s) version-bumped)")
+
+
+def test_graphs_needing_the_runtime_wrapper_keep_it_and_say_why():
+    base = torch.randn(2, 8)
+    ref = base.clone()
+
+    def update_and_read(a, b):  # overlapping views: AOTAutograd merges them into one base
+        a.add_(1)
+        return b * 2
+    out = _run(update_and_read, base[:, :6], base[:, 2:])
+    expected = update_and_read(ref[:, :6], ref[:, 2:])
+    assert torch.equal(base, ref) and torch.equal(out, expected)
+    assert _last_call_path() == ("AOTAutograd runtime wrapper (the graph's inputs are not "
+                                 "the frame's (deduplicated or merged inputs))")
 
     y = torch.randn(3, 4)
     plus, view = _run(lambda t: (t + 1, t.t()), y)

@@ -143,6 +143,38 @@ def test_a_replayed_optimizer_step_updates_host_memory_as_the_general_one():
     assert replayed.device.dma_stats() == general.device.dma_stats()
 
 
+def test_the_same_arrays_again_replay_unchecked_and_new_ones_are_checked_and_bound():
+    """Kept views pass the very same arrays every call: the record's input checks and the
+    mapped launches' binding are skipped for them, and still see in-place changes; a
+    misaligned gradient goes the general way, a new parameter array is bound anew."""
+    program = momentum_program(make_device())
+    rng = np.random.default_rng(1)
+    p, b, g = (aligned(rng.standard_normal(N).astype(np.float32)) for _ in "pbg")
+    want_p, want_b = p.copy(), b.copy()
+
+    def step(p_arr: np.ndarray, g_arr: np.ndarray) -> None:
+        nonlocal want_p, want_b
+        want_b = want_b * np.float32(0.5) + g_arr
+        want_p = want_p - np.float32(0.1) * want_b
+        program.run([p_arr, b, g_arr, 0.1], [None, None])
+        np.testing.assert_allclose(p_arr, want_p, rtol=1e-6)
+        np.testing.assert_allclose(b, want_b, rtol=1e-6)
+    for _ in range(3):
+        g[:] = rng.standard_normal(N)  # written in place, as an accumulated gradient
+        step(p, g)
+    bound = program._bound[()]
+    assert bound.replay.accepted is not None and bound.mapped_sources is not None
+    odd = misaligned(N)
+    odd[:] = g
+    step(p, odd)  # checked again: staged, the general way
+    assert program.device.dma_stats()["staged.bytes"] == g.nbytes
+    moved, before = aligned(p), p.copy()
+    step(moved, g)  # another parameter array: the launch is bound to it, not to p
+    step(moved, g)
+    np.testing.assert_array_equal(p, before)
+    assert program.device.runtime_stats()["replayed_calls"] == 4
+
+
 def misaligned(n: int) -> np.ndarray:
     base = np.zeros(n + 16, np.float32)
     start = next(k for k in range(1, 16) if base[k:].__array_interface__["data"][0] % 64)

@@ -39,7 +39,7 @@ trace slot for one trace (OutputGraph), an unliftable source for the process (un
 """
 from simaccel.guards.dynamo.aot import (
     aot_module_simplified, backward_input_origins, core_aten_decomposition_table,
-    decompositions_for, frame_compile_seconds, runtime_wrapper_needed, version_bumped_inputs,
+    decompositions_for, frame_compile_seconds, DirectCall, direct_call, version_bumped_inputs,
 )
 from simaccel.guards.dynamo.frame import (
     VALUE_GUARDS, current_compile_id, eval_frame_expression, frame_slot, frame_value,
@@ -73,7 +73,7 @@ __all__ = [
     "frame_value", "graph_end", "graph_inputs", "guard_symint_range", "involved_sources", "has_static_address",
     "in_resume_frame", "inspect_lifted", "install_frame_expression", "install_lambda_guard",
     "is_module_state", "megacache", "pass_scalars_unwrapped", "pending_retrace", "readable_guards", "register_torch_logs",
-    "remember_unliftable", "request_retrace", "resolve_source", "runtime_wrapper_needed", "version_bumped_inputs",
+    "remember_unliftable", "request_retrace", "resolve_source", "DirectCall", "direct_call", "version_bumped_inputs",
     "scalar_inputs", "shape_guard_count", "shape_guards_since", "size_hint", "symbol_predicates", "unliftable", "unset_fake_temporarily",
     "value_guard_sites",
 ]

@@ -8,6 +8,7 @@ use, with the tensorify pass adjusted: :mod:`.tensorify`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch.fx
@@ -16,7 +17,7 @@ from torch._functorch import aot_autograd
 from simaccel.guards.dynamo.tensorify import symbolic_scalar_arguments
 
 __all__ = ["aot_module_simplified", "core_aten_decomposition_table", "decompositions_for",
-           "runtime_wrapper_needed"]
+           "DirectCall", "direct_call"]
 
 
 def aot_module_simplified(gm: torch.fx.GraphModule, example_inputs: list[Any],
@@ -65,31 +66,45 @@ def core_aten_decomposition_table() -> dict[Any, Callable[..., Any]]:
     return _core_aten_decompositions_post_autograd()
 
 
-def runtime_wrapper_needed(frame_gm: torch.fx.GraphModule, graph: torch.fx.GraphModule,
-                           frame_inputs: int, autocast: bool) -> str | None:
-    """Why the inference graph AOTAutograd is compiling needs AOTAutograd's runtime
-    wrapper around it, or None when calling it directly with the frame's arguments is
-    exactly what the wrapper would do. Call it inside the inference compiler; ``autocast``:
-    whether autocast was on when Dynamo called the backend (AOTAutograd turns it off while
-    it traces, so it cannot be read here).
+@dataclass(frozen=True)
+class DirectCall:
+    """How to call an inference graph without AOTAutograd's runtime wrapper and do what
+    the wrapper would: ``held``, the frame module's own parameters and buffers, which
+    AOTAutograd passes before the frame's arguments (an optimizer's state that Dynamo
+    installs as graph attributes); ``bumped``, the graph input positions whose version
+    counter is incremented before each call (input mutations kept in the graph, as an
+    in-place op bumps them in eager)."""
 
-    The wrapper (~8 us a call on the 2-core machine: two Dynamo-disable frames, grad-mode
-    and autocast switches, output handling) exists for input mutations, outputs that alias
-    inputs or each other, effect tokens, tensor subclasses, functionalized RNG, parameters
-    the module holds itself, inputs AOTAutograd deduplicated, and autocast (the graph has
-    its casts baked in, so torch ops run by host fallbacks or library kernels must not
-    autocast again). Its metadata (``ViewAndMutationMeta``) is AOTAutograd's private state.
+    held: tuple[torch.Tensor, ...] = ()
+    bumped: tuple[int, ...] = ()
+
+
+def direct_call(frame_gm: torch.fx.GraphModule, graph: torch.fx.GraphModule,
+                frame_inputs: int, autocast: bool) -> DirectCall | str:
+    """The :class:`DirectCall` of the inference graph AOTAutograd is compiling, or why it
+    needs AOTAutograd's runtime wrapper around it. Call it inside the inference compiler;
+    ``autocast``: whether autocast was on when Dynamo called the backend (AOTAutograd turns
+    it off while it traces, so it cannot be read here).
+
+    The wrapper (~8-15 us a call on the 2-core machine: two Dynamo-disable frames,
+    grad-mode and autocast switches, output handling) exists for input mutations it
+    applies itself (metadata, or data it cannot leave to the graph), outputs that alias
+    inputs or each other, effect tokens, tensor subclasses, functionalized RNG, inputs
+    AOTAutograd deduplicated or merged, and autocast (the graph has its casts baked in,
+    so torch ops run by host fallbacks or library kernels must not autocast again). Data
+    mutations kept in the graph need only their version bump. The metadata
+    (``ViewAndMutationMeta``) is AOTAutograd's private state.
     """
     from torch._dynamo.utils import GmWrapper
     from torch._guards import TracingContext
     meta = getattr(TracingContext.try_get(), "fw_metadata", None)
     placeholders = sum(1 for n in graph.graph.nodes if n.op == "placeholder")
+    held = _module_held(frame_gm)
     checks = (
         (meta is None, "AOTAutograd gave no graph metadata"),
         (isinstance(frame_gm, GmWrapper), "Dynamo passes this frame's inputs boxed"),
-        (placeholders != frame_inputs,
-         "the graph's inputs are not the frame's (module-held parameters or deduplicated "
-         "inputs)"),
+        (placeholders != len(held) + frame_inputs,
+         "the graph's inputs are not the frame's (deduplicated or merged inputs)"),
         (autocast, "autocast is enabled"),
         (getattr(TracingContext.try_get(), "fakify_first_call", False),
          "DDPOptimizer takes fake outputs from the first call"),
@@ -97,14 +112,27 @@ def runtime_wrapper_needed(frame_gm: torch.fx.GraphModule, graph: torch.fx.Graph
     for failed, reason in checks:
         if failed:
             return reason
-    return _metadata_reason(meta)
+    reason = _metadata_reason(meta)
+    if reason is not None:
+        return reason
+    return DirectCall(held, tuple(meta.mutated_graph_handled_indices_seen_by_autograd))
+
+
+def _module_held(frame_gm: torch.fx.GraphModule) -> tuple[torch.Tensor, ...]:
+    """The tensors AOTAutograd's ``aot_module_simplified`` passes before the frame's
+    arguments, in its order (parameters, then buffers, duplicates kept)."""
+    params = dict(frame_gm.named_parameters(remove_duplicate=False))
+    buffers = dict(frame_gm.named_buffers(remove_duplicate=False))
+    return (*params.values(), *buffers.values())
 
 
 def _metadata_reason(meta: Any) -> str | None:
     """What in AOTAutograd's ``ViewAndMutationMeta`` needs the wrapper, or None."""
-    from torch._functorch._aot_autograd.schemas import OutputType, SubclassCreationMeta
-    if any(i.mutates_data or i.mutates_metadata for i in meta.input_info):
-        return "the graph mutates an input"
+    from torch._functorch._aot_autograd.schemas import (MutationType, OutputType,
+                                                        SubclassCreationMeta)
+    if any(i.mutation_type not in (MutationType.NOT_MUTATED, MutationType.MUTATED_IN_GRAPH)
+           or i.mutates_metadata for i in meta.input_info):
+        return "the graph mutates an input's metadata, or its data outside the graph"
     if any(o.output_type != OutputType.non_alias for o in meta.output_info) \
             or meta.num_intermediate_bases:
         return "an output aliases an input or another output"

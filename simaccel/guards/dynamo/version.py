@@ -57,9 +57,13 @@ REQUIRED_INTERNALS: tuple[tuple[str, str], ...] = (
     ("torch._functorch._aot_autograd.schemas", "OutputType.non_alias"),
     ("torch._functorch._aot_autograd.schemas", "SubclassCreationMeta"),
     ("torch._functorch._aot_autograd.schemas", "ViewAndMutationMeta"),
+    ("torch._functorch._aot_autograd.schemas", "MutationType.MUTATED_IN_GRAPH"),
+    ("torch._functorch._aot_autograd.schemas", "InputAliasInfo.mutation_type"),
     ("torch._guards", "TracingContext.try_get"),
     ("torch._guards", "detect_fake_mode"),
     ("torch._functorch._aot_autograd.schemas", "ViewAndMutationMeta"),
+    ("torch._functorch._aot_autograd.schemas", "MutationType.MUTATED_IN_GRAPH"),
+    ("torch._functorch._aot_autograd.schemas", "InputAliasInfo.mutation_type"),
     ("torch._decomp", "_core_aten_decompositions_post_autograd"),
     ("torch._logging._internal", "register_log"),
     ("torch._dynamo.symbolic_convert", "InstructionTranslator.run"),
@@ -78,7 +82,7 @@ REQUIRED_INTERNALS: tuple[tuple[str, str], ...] = (
     ("torch.compiler._cache", "CacheArtifactManager.record_artifact"),
 )
 
-#: the fields of AOTAutograd's graph metadata :func:`.aot.runtime_wrapper_needed` reads
+#: the fields of AOTAutograd's graph metadata :func:`.aot.direct_call` reads
 AOT_META_FIELDS = frozenset({"input_info", "output_info", "num_intermediate_bases", "tokens",
                              "subclass_inp_meta"})
 
