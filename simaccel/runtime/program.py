@@ -225,11 +225,11 @@ class Program:
                         bound.replay = record_replay(bound, done, self, args, host_outputs)
             except BaseException:
                 for plan in self._resident_written:
-                    self._state.keys.pop(plan.buffer, None)
+                    self._state.set_key(plan.buffer, None)
                 raise
             if after_keys:
                 for plan in self._resident_written:
-                    self._state.keys[plan.buffer] = after_keys.get(plan.index)
+                    self._state.set_key(plan.buffer, after_keys.get(plan.index))
             counts = self._counts  # under the program's lock: no device lock per call
             counts.calls += 1
             counts.replayed_calls += replayed
@@ -414,19 +414,13 @@ class Program:
         """Upload resident inputs whose key changed (first call, in-place update, new
         tensor); one scatter-gather submit for all of them. Their alignment is checked
         here, at each upload, not per call."""
-        keys = keys or {}
         srcs, dsts, labels, staged = [], [], [], []
-        known = self._state.keys
-        for plan in self._resident_inputs:
-            key = keys.get(plan.index)
-            if key is not None and known.get(plan.buffer) == key:
-                continue
+        for plan in self._state.changed(self._resident_inputs, keys or {}):
             host = args[plan.index]
             srcs.append(host)
             dsts.append(self._resident_view(plan.buffer, layout.numel[plan.buffer]))
             labels.append(plan.buffer)
             staged.append(not is_aligned(plan, host, None, self.spec.alignment))
-            known[plan.buffer] = key
         if not srcs:
             return 0.0
         self.device.count("resident_uploads", len(srcs))

@@ -36,6 +36,34 @@ class ResidentState:
     size_bank: np.ndarray | None = None
     #: buffer -> content key of the resident input uploaded into it
     keys: dict[str, Any] = field(default_factory=dict)
+    #: the content keys (argument index -> key) of the last call that found or put
+    #: every resident input on the device: a call with equal keys uploads nothing,
+    #: decided by one dict comparison (a GPT-2 call takes 82 parameters); None after
+    #: anything else changed ``keys``
+    held: dict[int, Any] | None = None
+
+    def changed(self, plans: Any, keys: dict[int, Any]) -> list[Any]:
+        """The resident input ``plans`` whose content key in ``keys`` (argument index ->
+        key; a missing key always differs) is not the one uploaded into their buffer,
+        recorded as uploaded now (the caller uploads them)."""
+        if keys and keys == self.held:
+            return []
+        known = self.keys
+        changed = []
+        complete = True
+        for plan in plans:
+            key = keys.get(plan.index)
+            complete = complete and key is not None
+            if key is None or known.get(plan.buffer) != key:
+                changed.append(plan)
+                known[plan.buffer] = key
+        self.held = keys if complete else None
+        return changed
+
+    def set_key(self, buffer: str, key: Any) -> None:
+        """``buffer`` holds the contents ``key`` names (None: unknown, uploaded again)."""
+        self.keys[buffer] = key
+        self.held = None
 
     def free(self) -> int:
         """Give every block back to the allocator it came from and forget the views;
@@ -53,6 +81,7 @@ class ResidentState:
         self.input_blocks.clear()
         self.views.clear()
         self.keys.clear()
+        self.held = None
         return sum(b.size for b in blocks)
 
 

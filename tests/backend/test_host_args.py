@@ -1,5 +1,5 @@
 """How a compiled graph hands its call's arguments to the device program
-(``simaccel.compiled.HostArrays``): the per-call path every backend test runs through.
+(``simaccel.host_args.HostArrays``): the per-call path every backend test runs through.
 
 Lifted floats arrive as 0-d tensors Dynamo makes per call; they only feed the constant
 bank, so they are passed as exact Python numbers instead of numpy views."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from simaccel.compiled import _NO_DATA, HostArrays
+from simaccel.host_args import NO_DATA, HostArrays
 
 
 @pytest.mark.parametrize("value,dtype", [(0.1, torch.float64), (-0.0, torch.float64),
@@ -56,7 +56,7 @@ def test_a_static_address_input_keeps_its_view_while_it_is_the_same_memory() -> 
     """StaticViews: the same tensor at the same address, sizes and strides reuses its
     view (so it sees in-place updates); another tensor, or the same one re-pointed by
     ``set_``, gets a view of its own memory."""
-    from simaccel.compiled import StaticViews
+    from simaccel.host_args import StaticViews
     kept = StaticViews({0})
     p = torch.nn.Parameter(torch.arange(6, dtype=torch.float32))
     first, ptr = kept.host_array(0, p)
@@ -77,7 +77,7 @@ def test_a_static_shape_graph_finds_a_kept_view_by_tensor_and_address() -> None:
     """With ``dynamic=False`` Dynamo's tensor guards checked sizes and strides before the
     call: the kept view is found by tensor and address alone; memory that moved (``set_``,
     another tensor) still gets a view of its own."""
-    from simaccel.compiled import StaticViews
+    from simaccel.host_args import StaticViews
     kept = StaticViews({0}, dynamic=False)
     p = torch.nn.Parameter(torch.arange(6, dtype=torch.float32))
     first, ptr = kept.host_array(0, p)
@@ -87,6 +87,34 @@ def test_a_static_shape_graph_finds_a_kept_view_by_tensor_and_address() -> None:
     moved, new_ptr = kept.host_array(0, p)
     assert moved is not first and new_ptr == p.data_ptr() != ptr and moved[0] == 7.0
     assert kept.host_array(0, torch.zeros(6))[0] is not moved
+
+
+def test_the_same_parameters_again_take_the_bulk_path_and_see_every_change() -> None:
+    """A static-shape graph's kept views for a call passing the very tensors at the same
+    addresses (the bulk path) equal the per-index loop's; an in-place update moves the
+    key by one version, memory swapped in by ``.data =`` (no version bump) a new view."""
+    from simaccel.host_args import StaticViews, next_version_key
+    kept = StaticViews({0, 1}, dynamic=False)
+    indices = [0, 1]
+    p, q = (torch.nn.Parameter(torch.arange(4, dtype=torch.float32)) for _ in range(2))
+
+    def call() -> tuple[dict, dict, dict]:
+        host, ptrs, keys = {}, {}, {}
+        kept.host_arrays(indices, [p, q], host, ptrs, keys)
+        return host, ptrs, keys
+    first = call()
+    again = call()
+    assert kept._last is not None  # the second call took the bulk path
+    assert all(again[0][i] is first[0][i] for i in indices)
+    assert again[1:] == first[1:] and again[1][0] == p.data_ptr()
+    with torch.no_grad():
+        q.add_(1)
+    updated = call()
+    assert updated[2][1] == next_version_key(first[2][1]) and updated[2][0] == first[2][0]
+    p.data = torch.full((4,), 5.0)
+    swapped = call()
+    assert swapped[1][0] == p.data_ptr() != first[1][0] and swapped[0][0][0] == 5.0
+    assert swapped[2][0][0] != first[2][0][0]  # another token: the device uploads it
 
 
 @pytest.mark.parametrize("grads", ["new", "in_place"])
@@ -125,7 +153,7 @@ def test_a_small_plain_input_keeps_its_view_while_it_is_the_same_memory() -> Non
     """A per-call input of at most KEEP_VIEW_MAX_BYTES: the same tensor at the same
     address, sizes and strides reuses its view; memory that moved (``set_``), a reshape
     in place, or another tensor gets a view of its own. A larger input is never kept."""
-    from simaccel.compiled import KEEP_VIEW_MAX_BYTES
+    from simaccel.host_args import KEEP_VIEW_MAX_BYTES
     convert = HostArrays(2)
     small = torch.arange(6, dtype=torch.float32)
     large = torch.zeros(KEEP_VIEW_MAX_BYTES // 4 + 1)
@@ -148,7 +176,7 @@ def test_a_kept_view_keys_its_contents_by_token_and_version() -> None:
     """A resident input's content key: the same memory and version keeps its key (no
     upload), an in-place update moves it by one version, another tensor gets another
     token, and the write-back view is the kept view itself."""
-    from simaccel.compiled import StaticViews, _next_version_key
+    from simaccel.host_args import StaticViews, next_version_key
     kept = StaticViews({0})
     p = torch.nn.Parameter(torch.arange(6, dtype=torch.float32))
     view, _ = kept.host_array(0, p)
@@ -157,7 +185,7 @@ def test_a_kept_view_keys_its_contents_by_token_and_version() -> None:
     assert kept.writeback_view(0, p, view) is view
     with torch.no_grad():
         p.add_(1)
-    assert kept.content_key(0, p) == _next_version_key(key)
+    assert kept.content_key(0, p) == next_version_key(key)
     q = torch.nn.Parameter(torch.arange(6, dtype=torch.float32))
     kept.host_array(0, q)
     assert kept.content_key(0, q)[0] != key[0]
@@ -166,7 +194,7 @@ def test_a_kept_view_keys_its_contents_by_token_and_version() -> None:
 def test_host_arrays_convert_whatever_each_position_holds() -> None:
     """HostArrays sorts the positions once (kept views, bank scalars, the rest); a value
     other than the usual kind at a position still gets the general conversion."""
-    from simaccel.compiled import StaticViews
+    from simaccel.host_args import StaticViews
     p = torch.nn.Parameter(torch.arange(4, dtype=torch.float32))
     convert = HostArrays(6, frozenset({2, 3}), StaticViews({0}, dynamic=False))
     grad = torch.ones(4, requires_grad=True)  # not plain: the general conversion
@@ -182,4 +210,4 @@ def test_host_arrays_convert_whatever_each_position_holds() -> None:
     first = host[0]
     assert convert(args)[0][0] is first
     host, _ = convert([3.0, None, 2, 7, 1.5, grad])  # numbers, an erased effect token
-    assert host[0] == 3.0 and host[1] is _NO_DATA and host[2] == 2 and host[3] == 7
+    assert host[0] == 3.0 and host[1] is NO_DATA and host[2] == 2 and host[3] == 7
