@@ -40,20 +40,36 @@ def _scores(q: torch.Tensor, k: torch.Tensor, is_causal: bool, attn_mask: Any,
 LIBRARY_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
 
 
-def _library_runs(*tensors: Any) -> bool:
-    """True if the fused-attention library call takes these operands: static shapes (no
-    size symbol) and a dtype its kernels have."""
-    present = [t for t in tensors if t is not None]
-    return all(not any(isinstance(d, torch.SymInt) for d in t.shape)
-               and t.dtype in LIBRARY_DTYPES for t in present)
+#: the longest key sequence whose attention runs as the GEMM pair rather than the fused
+#: library call, and the largest score matrix (bytes) it may write. Measured on the
+#: 2-core machine, causal, head dim 64, one process, alternating rounds
+#: (``simaccel bench --scenarios kernel/causal`` and the same shapes longer), time over
+#: eager's fused op: keys 128: GEMM pair 0.83-1.01x, library 1.19-1.32x; keys 256: GEMM
+#: pair 1.31x, library 1.20x; keys 1024: 1.74x and 1.08x. The fused op's blocking pays
+#: off once rows are long (it skips masked blocks and never writes the scores); short
+#: rows are two library GEMMs and one row kernel.
+GEMM_PAIR_MAX_KEYS = 128
+GEMM_PAIR_MAX_SCORE_BYTES = 32 << 20
+
+
+def _library_runs(query: torch.Tensor, key: torch.Tensor, *others: Any) -> bool:
+    """True if the fused-attention library call takes these operands (static shapes, no
+    size symbol, and a dtype its kernels have) and beats the GEMM pair on them (by the
+    query's and key's sizes: the score matrix)."""
+    present = [t for t in (query, key, *others) if t is not None]
+    if not all(not any(isinstance(d, torch.SymInt) for d in t.shape)
+               and t.dtype in LIBRARY_DTYPES for t in present):
+        return False
+    scores = math.prod(query.shape[:-1]) * key.shape[-2] * query.element_size()
+    return key.shape[-2] > GEMM_PAIR_MAX_KEYS or scores > GEMM_PAIR_MAX_SCORE_BYTES
 
 
 def sdpa_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  dropout_p: float = 0.0, is_causal: bool = False, *, attn_mask: Any = None,
                  scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(output, logsumexp) of ``_scaled_dot_product_flash_attention_for_cpu`` (no
-    dropout: with ``dropout_p > 0`` the op is left to run as it is). The softmax is
-    written ``exp(s - max) / sum``, so its row kernel computes each exp once
+    dropout: with ``dropout_p > 0`` the op is left to run as it is) as a GEMM pair. The
+    softmax is written ``exp(s - max) / sum``, so its row kernel computes each exp once
     (:mod:`simaccel.codegen.row_reuse`); the logsumexp is ``max + log(sum)``."""
     if dropout_p or _library_runs(query, key, value, attn_mask):
         return NotImplemented
@@ -73,7 +89,8 @@ def sdpa_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor
                   dropout_p: float, is_causal: bool, *, attn_mask: Any = None,
                   scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad_query, grad_key, grad_value) of the forward above."""
-    if dropout_p or _library_runs(grad_out, query, key, value, out, logsumexp, attn_mask):
+    if dropout_p or _library_runs(query, key, grad_out, value, out, logsumexp,
+                                   attn_mask):
         return NotImplemented
     factor = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
     scores = _scores(query, key, is_causal, attn_mask, scale)

@@ -142,8 +142,9 @@ def _packets(names: list[str]) -> list[Any]:
 
 
 register(*_packets(LINALG), own_dtypes=True)(_lower_as("linalg"))
-# fused attention: one library call per op, on static shapes (simaccel.attention keeps the
-# decomposition for dynamic ones); the forward returns the logsumexp its backward reads
+# fused attention: one library call per op, on static shapes with long key rows
+# (simaccel.attention decomposes short rows and dynamic shapes into a GEMM pair); the
+# forward returns the logsumexp its backward reads
 register(aten._scaled_dot_product_flash_attention_for_cpu.default,
          aten._scaled_dot_product_flash_attention_for_cpu_backward.default)(
     _lower_as("attention"))

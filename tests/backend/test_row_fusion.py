@@ -49,12 +49,18 @@ def test_row_ops_are_one_row_kernel(name, fn, make):
     assert _kinds(result) == ["row"], name
 
 
-def test_static_causal_attention_is_one_fused_library_call():
+@pytest.mark.parametrize("keys, kinds", [
+    (64, ["library", "row", "library"]),  # short rows: scores GEMM, softmax row, GEMM
+    (256, ["library"]),  # long rows: the fused library call (skips masked blocks)
+])
+def test_static_causal_attention_takes_the_gemm_pair_or_the_fused_call_by_length(keys, kinds):
+    from simaccel.attention import GEMM_PAIR_MAX_KEYS
+    assert (keys <= GEMM_PAIR_MAX_KEYS) == (len(kinds) == 3)
     torch.manual_seed(0)
-    q, k, v = (torch.randn(2, 4, 64, 32) for _ in range(3))
+    q, k, v = (torch.randn(1, 2, keys, 32) for _ in range(3))
     result = check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
                    q, k, v, rtol=1e-4, atol=1e-5)
-    assert _kinds(result) == ["library"]
+    assert _kinds(result) == kinds
 
 
 def test_dynamic_length_attention_softmax_is_one_row_kernel_between_the_gemms():
@@ -76,8 +82,11 @@ def test_dynamic_length_attention_softmax_is_one_row_kernel_between_the_gemms():
     assert pathlib.Path(row.path).read_text().count("lib.vexp(") == 1
 
 
-@pytest.mark.parametrize("dynamic", [False, True])
-def test_attention_backward_matches_eager(dynamic):
+@pytest.mark.parametrize("dynamic, lengths, fused", [
+    (False, (32, 48), False), (True, (32, 48), False),  # the GEMM pair, its rows fused
+    (False, (160, 192), True),  # keys past GEMM_PAIR_MAX_KEYS: the fused library ops
+])
+def test_attention_backward_matches_eager(dynamic, lengths, fused):
     torch.manual_seed(0)
 
     def loss(q, k, v):
@@ -85,14 +94,14 @@ def test_attention_backward_matches_eager(dynamic):
     torch._dynamo.reset()
     simaccel.clear_reports()
     compiled = torch.compile(loss, backend="simaccel", dynamic=dynamic)
-    for length in (32, 48):
+    for length in lengths:
         q, k, v = (torch.randn(2, 2, length, 16, requires_grad=True) for _ in range(3))
         grads = torch.autograd.grad(loss(q, k, v), (q, k, v))
         got = torch.autograd.grad(compiled(q, k, v), (q, k, v))
         for g, e in zip(got, grads):
             torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-4)
     kinds = [kern.kind for r in simaccel.reports() for kern in r.kernels]
-    assert ("row" in kinds) == dynamic and "library" in kinds
+    assert ("row" in kinds) == (not fused) and "library" in kinds
     assert simaccel.get_device().runtime_stats()["host_fallback_ops"] == 0
 
 
