@@ -15,6 +15,7 @@ import torch
 from simaccel.codegen.dtypes import (BANK_TORCH_DTYPES, NUMPY_TORCH_DTYPES,
                                      PLAIN_HALF_TORCH_DTYPES, PLAIN_TORCH_DTYPES, byte_view)
 from simaccel.errors import SimAccelError
+from simaccel.runtime.replay import REMEMBER_MAX_BYTES
 
 
 def content_key(t: torch.Tensor) -> tuple:
@@ -218,8 +219,8 @@ class HostArrays:
 #: the next call at its position: the same tensor object at the same address (an
 #: optimizer's gradient, a model's fixed mask) is the same memory, so its view is reused
 #: (~1 us a tensor less). Small, because the kept view holds the tensor's memory one
-#: call longer.
-KEEP_VIEW_MAX_BYTES = 64 << 10
+#: call longer; a replay remembers arrays up to the same size.
+KEEP_VIEW_MAX_BYTES = REMEMBER_MAX_BYTES
 
 
 def _is_number(value: Any) -> bool:

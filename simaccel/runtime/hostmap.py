@@ -266,16 +266,19 @@ def bind_mapped(bound: Any, srcs: Sequence[np.ndarray], host_outputs: Sequence[A
                          for (_, buffer), host in zip(step.outputs, outs))
             bind(step.index, hosts, {streamed[p].buffer: a for p, a in zip(step.inputs, key)})
             bound.mapped_keys[step.index] = key
-    # with no mapped output, the next call on these very arrays binds nothing
-    bound.mapped_sources = None if any(step.outputs for step in steps) else list(srcs)
+    # with no mapped output, the next call on these very arrays binds nothing (the
+    # launches hold these arrays already: remembering them keeps nothing else alive)
+    bound.mapped_sources = None if any(step.outputs for step in steps) else \
+        [host for host, plan in zip(srcs, streamed) if plan.placement in MAPPED]
 
 
-def bound_to(bound: Any, srcs: Sequence[Any]) -> bool:
+def bound_to(bound: Any, mapped: Sequence[Any]) -> bool:
     """Whether :func:`bind_mapped` bound every mapped launch of ``bound`` to these very
-    arrays (``srcs``: the streamed inputs' host arrays) and no launch writes a mapped
-    output: then a call on them binds nothing (kept views pass the same arrays)."""
+    arrays (``mapped``: the host arrays of the mapped inputs, in streamed order) and no
+    launch writes a mapped output: then a call on them binds nothing (kept views pass
+    the same arrays)."""
     last = bound.mapped_sources
-    return last is not None and all(map(operator.is_, srcs, last))
+    return last is not None and all(map(operator.is_, mapped, last))
 
 
 def output_array(bound: Any, host: Any, buffer: str) -> np.ndarray:

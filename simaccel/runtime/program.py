@@ -81,7 +81,7 @@ class Program:
                                        if p.index in spec.writebacks)
         #: inputs moved in every call (copied, mapped, updated in host memory), in order
         self._streamed = spec.inputs_placed(Placement.COPIED, *MAPPED)
-        self._streamed_indices = [p.index for p in self._streamed]
+        self._mapped_indices = [p.index for p in self._streamed if p.placement in MAPPED]
         self._streamed_labels = [p.buffer for p in self._streamed]
         mapped = [p.placement in MAPPED for p in self._streamed]
         #: per streamed input: mapped or copied (None: all copied, the engine's fast path)
@@ -396,8 +396,7 @@ class Program:
     def _bind_mapped(self, bound: BoundWorkspace, args: list[Any], host_outputs: list[Any],
                      data_ptrs: list[int] | None) -> None:
         """Bind the launches on host memory to this call's arrays (:func:`.bind_mapped`)."""
-        srcs = list(map(args.__getitem__, self._streamed_indices))
-        if bound_to(bound, srcs):
+        if bound_to(bound, list(map(args.__getitem__, self._mapped_indices))):
             return  # kept views: the very arrays every mapped launch is bound to
 
         def bind(k: int, hosts: dict[str, np.ndarray], host_addresses: dict[str, int]) -> None:
@@ -406,8 +405,8 @@ class Program:
                 k, [hosts[b] if b in hosts else bound.views[b] for b in step.buffers],
                 bound.layout), [host_addresses.get(b) or bound.addresses.get(b)
                                 for b in step.buffers])
-        bind_mapped(bound, srcs, host_outputs, data_ptrs, self._streamed, self._mapped_steps,
-                    bind)
+        bind_mapped(bound, [args[p.index] for p in self._streamed], host_outputs, data_ptrs,
+                    self._streamed, self._mapped_steps, bind)
 
     def _upload_resident(self, args: list[Any], keys: dict[int, Any] | None,
                          layout: SizedLayout) -> float:

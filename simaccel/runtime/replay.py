@@ -31,6 +31,11 @@ from simaccel.runtime.resident import BoundWorkspace
 from simaccel.runtime.spec import Placement
 
 
+#: the largest input array (bytes) :meth:`Replay.accepts` remembers between calls: the
+#: host views simaccel keeps between calls anyway (``simaccel.host_args``)
+REMEMBER_MAX_BYTES = 64 << 10
+
+
 class Replay:
     """One binding's recorded call (see the module doc); built by :func:`record`."""
 
@@ -51,8 +56,9 @@ class Replay:
         self.mapped_reads = [p.index for p in program._streamed
                              if p.placement is Placement.MAPPED]
         #: argument indices of every input :meth:`accepts` checks, and their host arrays
-        #: at the last call it accepted (the same array objects again pass unchecked: a
-        #: numpy array keeps its shape, dtype and address)
+        #: at the last call it accepted when all are small (the same array objects again
+        #: pass unchecked: a numpy array keeps its shape, dtype and address; small, so
+        #: that remembering them holds no caller's large tensor alive)
         self.checked = [index for index, _, _, _ in inputs] + self.mapped_reads
         self.accepted: list[Any] | None = None
         #: binds the launches accessing host memory (mapped inputs and outputs) to this
@@ -79,7 +85,9 @@ class Replay:
             self.accepted = None
             if not self._inputs_match(args, data_ptrs):
                 return False
-            self.accepted = checked
+            if all(getattr(a, "nbytes", REMEMBER_MAX_BYTES + 1) <= REMEMBER_MAX_BYTES
+                   for a in checked):
+                self.accepted = checked
         for position, _, shape, dtype, index in self.outputs:
             dst = host_outputs[position]
             if type(dst) is not np.ndarray or dst.shape != shape or dst.dtype != dtype \

@@ -175,6 +175,19 @@ def test_the_same_arrays_again_replay_unchecked_and_new_ones_are_checked_and_bou
     assert program.device.runtime_stats()["replayed_calls"] == 4
 
 
+def test_a_replay_remembers_no_large_array(monkeypatch):
+    """Arrays above REMEMBER_MAX_BYTES are checked on every call, never held between
+    calls (a caller's large tensor is freed when the caller drops it)."""
+    from simaccel.runtime import replay
+    monkeypatch.setattr(replay, "REMEMBER_MAX_BYTES", 0)
+    program = scaled_program(make_device())
+    x = aligned(np.arange(N, dtype=np.float32))
+    for _ in range(3):
+        np.testing.assert_array_equal(run_scaled(program, x, 2.0), x * 2 + 1)
+    assert program._bound[()].replay.accepted is None
+    assert program.device.runtime_stats()["replayed_calls"] == 2
+
+
 def misaligned(n: int) -> np.ndarray:
     base = np.zeros(n + 16, np.float32)
     start = next(k for k in range(1, 16) if base[k:].__array_interface__["data"][0] % 64)
