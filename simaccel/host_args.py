@@ -188,10 +188,13 @@ class HostArrays:
         for i in self._plain:
             a = args[i]
             kept = small.get(i)
-            if kept is not None and kept[0] is a and kept[1] == a.data_ptr() and (
-                    not self._dynamic or (kept[3] == a.shape and kept[4] == a.stride())):
-                host[i], ptrs[i] = kept[2], kept[1]
-            elif type(a) is torch.Tensor and not a.requires_grad \
+            if kept is not None:
+                if kept[0] is a and kept[1] == a.data_ptr() and (
+                        not self._dynamic or (kept[3] == a.shape and kept[4] == a.stride())):
+                    host[i], ptrs[i] = kept[2], kept[1]
+                    continue
+                del small[i]  # another tensor came: the old one is not held any longer
+            if type(a) is torch.Tensor and not a.requires_grad \
                     and a.dtype in PLAIN_TORCH_DTYPES:
                 host[i] = a.numpy()
                 ptrs[i] = a.data_ptr()

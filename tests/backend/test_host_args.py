@@ -170,6 +170,8 @@ def test_a_small_plain_input_keeps_its_view_while_it_is_the_same_memory() -> Non
     moved, ptrs = convert([small, large])
     assert moved[0][0] == 7.0 and ptrs[0] == small.data_ptr()
     assert convert([torch.zeros(6), large])[0][0] is not moved[0]
+    convert([large, large])
+    assert 0 not in convert._small  # the last small tensor there is not held any longer
 
 
 def test_a_kept_view_keys_its_contents_by_token_and_version() -> None:
