@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -150,12 +151,15 @@ def direct_caller(compiled: Any, held: tuple[torch.Tensor, ...] = (),
     (graph positions), as the wrapper does (:class:`simaccel.guards.dynamo.DirectCall`)."""
     if not held and not bumped:
         return compiled.call_unboxed
-    held_list = list(held)
+    # the bumped inputs in one C-level lookup: a tensor, or a tuple of them, either of
+    # which increment_version takes
+    pick = operator.itemgetter(*bumped) if bumped else None
+    increment_version = torch.autograd.graph.increment_version
 
     def call(*args: Any) -> list[Any]:
-        full = held_list + list(args)
-        if bumped:
-            torch.autograd.graph.increment_version(tuple(full[i] for i in bumped))
+        full = [*held, *args]
+        if pick is not None:
+            increment_version(pick(full))
         return compiled(full)
     return call
 
