@@ -55,11 +55,15 @@ class Replay:
         #: (a misaligned one goes the general way, which names it)
         self.mapped_reads = [p.index for p in program._streamed
                              if p.placement is Placement.MAPPED]
-        #: argument indices of every input :meth:`accepts` checks, and their host arrays
-        #: at the last call it accepted when all are small (the same array objects again
-        #: pass unchecked: a numpy array keeps its shape, dtype and address; small, so
-        #: that remembering them holds no caller's large tensor alive)
-        self.checked = [index for index, _, _, _ in inputs] + self.mapped_reads
+        #: argument indices of every input :meth:`accepts` checks when all are small
+        #: (None otherwise: a mapped input is large), and their host arrays at the last
+        #: call it accepted: the same array objects again pass unchecked (a numpy array
+        #: keeps its shape, dtype and address); small, so that remembering them holds no
+        #: caller's large tensor alive. An accepted array has its recorded size.
+        small = not self.mapped_reads and all(
+            int(np.prod(shape)) * dtype.itemsize <= REMEMBER_MAX_BYTES
+            for _, _, shape, dtype in inputs)
+        self.checked = [index for index, _, _, _ in inputs] if small else None
         self.accepted: list[Any] | None = None
         #: binds the launches accessing host memory (mapped inputs and outputs) to this
         #: call's arrays; None when no kernel does
@@ -80,13 +84,15 @@ class Replay:
         (checked before anything moves; a call that does not match goes the general
         way)."""
         alignment = self.alignment
-        checked = list(map(args.__getitem__, self.checked))
-        if self.accepted is None or not all(map(operator.is_, checked, self.accepted)):
-            self.accepted = None
+        if self.checked is None:
             if not self._inputs_match(args, data_ptrs):
                 return False
-            if all(getattr(a, "nbytes", REMEMBER_MAX_BYTES + 1) <= REMEMBER_MAX_BYTES
-                   for a in checked):
+        else:
+            checked = list(map(args.__getitem__, self.checked))
+            if self.accepted is None or not all(map(operator.is_, checked, self.accepted)):
+                self.accepted = None
+                if not self._inputs_match(args, data_ptrs):
+                    return False
                 self.accepted = checked
         for position, _, shape, dtype, index in self.outputs:
             dst = host_outputs[position]

@@ -62,8 +62,6 @@ REQUIRED_INTERNALS: tuple[tuple[str, str], ...] = (
     ("torch._guards", "TracingContext.try_get"),
     ("torch._guards", "detect_fake_mode"),
     ("torch._functorch._aot_autograd.schemas", "ViewAndMutationMeta"),
-    ("torch._functorch._aot_autograd.schemas", "MutationType.MUTATED_IN_GRAPH"),
-    ("torch._functorch._aot_autograd.schemas", "InputAliasInfo.mutation_type"),
     ("torch._decomp", "_core_aten_decompositions_post_autograd"),
     ("torch._logging._internal", "register_log"),
     ("torch._dynamo.symbolic_convert", "InstructionTranslator.run"),
