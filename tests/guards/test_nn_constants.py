@@ -18,6 +18,7 @@ from torch._dynamo.utils import counters
 
 import simaccel
 import simaccel.guards.lift as lift
+from simaccel.guards import lift_memory
 from conftest import unique_graphs
 
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -36,6 +37,18 @@ CASES: list[tuple[str, Callable[[], nn.Module], Callable[[], torch.Tensor], str]
     ("Softmax.dim", lambda: nn.Softmax(-1), lambda: torch.randn(4, 8), "dim"),
 ]
 IDS = [case[0] for case in CASES]
+
+
+@pytest.fixture(autouse=True)
+def no_lifting_memory_between_processes(monkeypatch) -> None:
+    """These tests compile torch.nn's own forward code, whose lifting decisions the
+    file-backed memory shares between processes (xdist workers share the session's cache
+    directory): ``test_entry_is_still_needed`` records a hyperparameter as specialized,
+    and a later first trace in another worker read that as "an earlier trace" and
+    skipped the table. Each test here starts from no earlier process's decisions and
+    leaves none."""
+    monkeypatch.setattr(lift_memory, "load", lambda code: {})
+    monkeypatch.setattr(lift_memory, "store", lambda code, reasons: None)
 
 
 def compile_once(module: nn.Module, x: torch.Tensor) -> simaccel.CompileReport:
