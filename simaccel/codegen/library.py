@@ -67,17 +67,22 @@ class Gemm:
                                   b_t)
         if k == 0:
             return o.zero_
-        if batch == 1:
-            return functools.partial(torch.mm, lhs[0], rhs[0], out=o[0])
+        if batch == 1:  # 2-D views (squeezed in numpy, ~1 us cheaper than in torch)
+            return functools.partial(torch.mm, lhs, rhs, out=o)
         return functools.partial(torch.bmm, lhs, rhs, out=o)
 
     def _views(self, out: np.ndarray, a: np.ndarray, b: np.ndarray, batch: int, m: int,
                k: int, n: int, a_off: int, a_bs: int, b_off: int, b_bs: int, a_t: int,
                b_t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(out, a, b) as (batch, rows, cols) tensors viewing the buffers."""
-        return (self._tensor(out[:batch * m * n].reshape(batch, m, n)),
-                self._tensor(_matrices(a, a_off, batch, m, k, a_bs, bool(a_t))),
-                self._tensor(_matrices(b, b_off, batch, k, n, b_bs, bool(b_t))))
+        """(out, a, b) as (batch, rows, cols) tensors viewing the buffers; (rows, cols)
+        ones when ``batch`` is 1."""
+        views = (out[:batch * m * n].reshape(batch, m, n),
+                 _matrices(a, a_off, batch, m, k, a_bs, bool(a_t)),
+                 _matrices(b, b_off, batch, k, n, b_bs, bool(b_t)))
+        tensor = self._tensor
+        if batch == 1:
+            return tensor(views[0][0]), tensor(views[1][0]), tensor(views[2][0])
+        return tensor(views[0]), tensor(views[1]), tensor(views[2])
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         """A tensor viewing ``array`` (its bits as :attr:`dtype` where one is set)."""
@@ -101,8 +106,7 @@ class GemmBias(Gemm):
         if m == 0 or n == 0:
             return _nothing
         o, lhs, rhs = self._views(out, a, b, 1, m, k, n, a_off, 0, b_off, 0, a_t, b_t)
-        return functools.partial(torch.addmm, self._tensor(bias[:n]), lhs[0], rhs[0],
-                                 out=o[0])
+        return functools.partial(torch.addmm, self._tensor(bias[:n]), lhs, rhs, out=o)
 
 
 def _nothing() -> None:

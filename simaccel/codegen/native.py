@@ -307,7 +307,17 @@ class NativeKernel:
         each kernel once per workspace and size tuple: its device views do not change
         between calls). ``addresses``: each array argument's data address (bytes) where
         the caller knows it (None entries are read from the array; ~4 us each)."""
+        return self._launch(args, self._c_arguments(args, addresses))
+
+    def native_bind(self, *args: Any, addresses: Any = None
+                    ) -> tuple[Callable[[], None], tuple[int, tuple]]:
+        """:meth:`bind` and the launch's (entry address, C arguments), for a command list
+        (:func:`command_list`), from one conversion of ``args``; the launch keeps
+        ``args`` alive."""
         c_args = self._c_arguments(args, addresses)
+        return self._launch(args, c_args), (self._address, c_args)
+
+    def _launch(self, args: tuple, c_args: tuple) -> Callable[[], None]:
         fn = self._fn
 
         def launch() -> None:
@@ -316,11 +326,6 @@ class NativeKernel:
                 raise _kernel_error(status)
         launch.arrays = args  # type: ignore[attr-defined]  # keeps the pointers valid
         return launch
-
-    def native_call(self, *args: Any, addresses: Any = None) -> tuple[int, tuple]:
-        """(entry address, C arguments) of a launch on ``args``, for a command list
-        (:func:`command_list`); the caller keeps ``args`` alive."""
-        return self._address, self._c_arguments(args, addresses)
 
     command_list = staticmethod(lambda calls: command_list(calls))
 
@@ -352,7 +357,7 @@ def _kernel_error(status: int) -> SimAccelError:
 
 def command_list(calls: list[tuple[int, tuple]]) -> Callable[[], None]:
     """One native function that calls each kernel entry of ``calls`` ((address, C
-    arguments) from :meth:`NativeKernel.native_call`) in order with those constant
+    arguments) from :meth:`NativeKernel.native_bind`) in order with those constant
     arguments, and stops at the first that raises: a recorded command list, launched by
     one foreign call instead of one per kernel (~3 us each). Built with llvmlite's MCJIT
     (a few ms), so the runtime records one for a launch group it runs again and again."""

@@ -35,38 +35,29 @@ class LaunchGroup:
         self.parts = tuple(parts)
 
     def __call__(self, *args: Any) -> None:
-        for call in self._calls(args, None):
-            call()
+        for part, own, _ in self._slices(args, None):
+            part.fn(*own)
 
     def bind(self, *args: Any, addresses: Sequence[int | None] | None = None
              ) -> Callable[[], None]:
         """A zero-argument launch of every part on ``args`` (``addresses``: the data
-        address of each buffer argument, as for one kernel)."""
-        calls = tuple(self._calls(args, addresses))
-        recorded = self._recordable(args, addresses)
-        if recorded is None:
-            def launch() -> None:
-                for call in calls:
-                    call()
-            return launch
-        return _RecordedLaunch(calls, *recorded)
+        address of each buffer argument, as for one kernel). Native parts convert their
+        arguments once, for their own launches and the command list alike."""
+        slices = self._slices(args, addresses)
+        if all(hasattr(p.fn, "native_bind") for p in self.parts):
+            bound = [part.fn.native_bind(*own, addresses=own_addresses)
+                     for part, own, own_addresses in slices]
+            return _RecordedLaunch(tuple(launch for launch, _ in bound),
+                                   self.parts[0].fn.command_list,
+                                   [entry for _, entry in bound])
+        calls = tuple(bind_launch(part.fn, own, own_addresses)
+                      for part, own, own_addresses in slices)
 
-    def _recordable(self, args: Sequence[Any], addresses: Sequence[int | None] | None
-                    ) -> tuple[Callable[..., Any], list] | None:
-        """(command-list builder, each part's (entry, C arguments)) when every part is
-        a native kernel, else None."""
-        if not all(hasattr(p.fn, "native_call") for p in self.parts):
-            return None
-        calls = []
-        for part, own, own_addresses in self._slices(args, addresses):
-            calls.append(part.fn.native_call(*own, addresses=own_addresses))
-        return self.parts[0].fn.command_list, calls
+        def launch() -> None:
+            for call in calls:
+                call()
+        return launch
 
-    def _calls(self, args: Sequence[Any], addresses: Sequence[int | None] | None
-               ) -> list[Callable[[], Any]]:
-        """Each part bound to its slice of ``args``."""
-        return [bind_launch(part.fn, own, own_addresses)
-                for part, own, own_addresses in self._slices(args, addresses)]
 
     def _slices(self, args: Sequence[Any], addresses: Sequence[int | None] | None
                 ) -> list[tuple[GroupPart, list[Any], list[int | None] | None]]:

@@ -15,6 +15,7 @@ This module knows nothing of torch: buffers are numpy arrays over device memory.
 """
 from __future__ import annotations
 
+
 import threading
 import weakref
 from typing import Any, Callable
@@ -35,8 +36,8 @@ from simaccel.runtime.memory import Block
 from simaccel.runtime.layout import MAX_LAYOUTS, Layouts, SizedLayout, output_view
 from simaccel.runtime.replay import record as record_replay
 from simaccel.runtime.resident import BoundWorkspace, ResidentState
-from simaccel.runtime.spec import (SIZE_BANK, BufferDecl, HostStep, InputPlan, LaunchStep,
-                                   OutputDecl, Placement, ProgramSpec, Step)
+from simaccel.runtime.spec import (BufferDecl, HostStep, InputPlan, LaunchStep, OutputDecl,
+                                   Placement, ProgramSpec, Step)
 from simaccel.runtime.staging import (align_up, check_program_alignment, is_aligned,
                                       staging_flags)
 
@@ -66,6 +67,10 @@ class Program:
         device.count("memory_plans")
         self._symbols = spec.symbols
         self._symbol_names = [src.symbol for src in spec.symbols]
+        #: general calls on a binding before the next one records its replay: with size
+        #: symbols, one (a decode step whose KV cache grows binds a new size tuple every
+        #: call, which a replay would never repeat; recording one costs ~50 us)
+        self._record_after = 1 if spec.symbols else 0
         self._lock = threading.Lock()
         self._state = ResidentState()
         self._generation = -1
@@ -221,7 +226,8 @@ class Program:
                 else:
                     done = self._execute(bound, args, host_outputs, data_ptrs, layout.sizes,
                                          ready)
-                    if replay is None:  # no record yet: this call may be the one
+                    bound.general_calls += 1
+                    if replay is None and bound.general_calls > self._record_after:
                         bound.replay = record_replay(bound, done, self, args, host_outputs)
             except BaseException:
                 for plan in self._resident_written:
@@ -298,13 +304,12 @@ class Program:
         if bound is not None and bound.offset == block.offset:
             return bound
         memory, numel = self.device.memory, layout.numel
-        views: dict[str, np.ndarray] = dict(self._state.views)
-        views.update(self._bank.views(self._state.bank))
-        views[SIZE_BANK] = self._state.size_bank
+        fixed_views, fixed_addresses = self._state.fixed_views(self._bank)
+        views: dict[str, np.ndarray] = dict(fixed_views)
         # data addresses of the workspace views, known from their offsets (reading them
-        # back from numpy costs ~4 us a view, and a new size tuple rebinds every launch)
+        # back from numpy costs ~2 us a view, and a new size tuple rebinds every launch)
         base = memory.address + block.offset
-        addresses: dict[str, int] = {}
+        addresses: dict[str, int] = dict(fixed_addresses)
         for name, off in layout.plan.offsets.items():
             decl = self.spec.buffers[name]
             views[name] = memory.view(block.offset + off, np.dtype(decl.dtype), numel[name])

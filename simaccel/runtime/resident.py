@@ -8,12 +8,14 @@ workspace block is: buffer views, output and input copy lists, bound kernel laun
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from simaccel.runtime.memory import Block
+from simaccel.runtime.spec import SIZE_BANK
 
 
 @dataclass
@@ -41,6 +43,8 @@ class ResidentState:
     #: decided by one dict comparison (a GPT-2 call takes 82 parameters); None after
     #: anything else changed ``keys``
     held: dict[int, Any] | None = None
+    #: (the views they were made from, views, addresses) of :meth:`fixed_views`
+    _fixed: tuple[tuple, dict[str, np.ndarray], dict[str, int]] | None = None
 
     def changed(self, plans: Any, keys: dict[int, Any]) -> list[Any]:
         """The resident input ``plans`` whose content key in ``keys`` (argument index ->
@@ -59,6 +63,24 @@ class ResidentState:
                 known[plan.buffer] = key
         self.held = keys if complete else None
         return changed
+
+    def fixed_views(self, bank: Any) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+        """The views of every buffer outside the workspace (constants, resident inputs,
+        ``bank``'s slots in the constant bank, the size bank) and their data addresses
+        (bytes), made again only when one of them is a new view (a reconfigure, a
+        resident input's new block): a decode step whose KV cache grows binds its
+        launches anew every call."""
+        key = (self.bank, *self.views.values())
+        fixed = self._fixed
+        if fixed is not None and len(fixed[0]) == len(key) \
+                and all(map(operator.is_, key, fixed[0])):
+            return fixed[1], fixed[2]
+        views = dict(self.views)
+        views.update(bank.views(self.bank))
+        views[SIZE_BANK] = self.size_bank
+        addresses = {name: view.ctypes.data for name, view in views.items()}
+        self._fixed = (key, views, addresses)
+        return views, addresses
 
     def set_key(self, buffer: str, key: Any) -> None:
         """``buffer`` holds the contents ``key`` names (None: unknown, uploaded again)."""
@@ -81,7 +103,7 @@ class ResidentState:
         self.input_blocks.clear()
         self.views.clear()
         self.keys.clear()
-        self.held = None
+        self.held = self._fixed = None
         return sum(b.size for b in blocks)
 
 
@@ -128,9 +150,12 @@ class BoundWorkspace:
     #: the DMA call plans of this binding's calls, by the ids of their batch plans and
     #: the kernels they ran (see :func:`simaccel.runtime.calls.call_plan`)
     call_plans: dict[tuple, Any] = field(default_factory=dict)
-    #: the binding's recorded call (:mod:`simaccel.runtime.replay`): None until its first
-    #: call, False when that call is not one a replay repeats
+    #: the binding's recorded call (:mod:`simaccel.runtime.replay`): None until it is
+    #: recorded, False when no call of the binding can be replayed
     replay: Any = None
+    #: general calls made on this binding so far (a program with size symbols records
+    #: its replay at a binding's second call: see ``Program.run``)
+    general_calls: int = 0
 
     def __post_init__(self) -> None:
         #: ``output_copies`` as columns: output positions, device views, labels (the

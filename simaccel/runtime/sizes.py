@@ -112,7 +112,7 @@ class SizeFunction:
         return tuple(values[i] for i in self._used_positions)
 
     def __call__(self, values: Sequence[int]) -> tuple[int, ...]:
-        return tuple(int(v) for v in self._fn(*values))
+        return tuple(map(int, self._fn(*values)))
 
 
 def is_static(size: Size) -> bool:

@@ -64,3 +64,33 @@ def test_a_compiled_sgd_momentum_step_with_a_scheduler_replays_every_step():
     assert stats["host_fallback_ops"] == 0
     assert device.dma_stats()["h2d.bytes"] >= steps * sum(p.grad.nbytes for p in params)
     assert counters["stats"]["unique_graphs"] == 1
+
+
+def test_a_growing_kv_cache_records_no_replay_it_would_never_repeat():
+    """A decode step whose cache grows by one row (``torch.cat``) binds a new size tuple
+    every call: a program with size symbols records a binding's replay at its second
+    call, so the growth records none; a size seen again replays from its third call."""
+    from tests.models.kv_decoder import CachedAttention
+
+    torch.manual_seed(0)
+    layer = CachedAttention().eval()
+    compiled = torch.compile(layer.grow, backend="simaccel", dynamic=True)
+    device = simaccel.get_device()
+    x = torch.randn(1, 1, 32)
+    # 2 rows (Dynamo specializes a size of 1); two tensors (one would be a guard on k is v)
+    k, v = torch.randn(1, 4, 2, 8), torch.randn(1, 4, 2, 8)
+    with torch.no_grad():
+        for _ in range(8):
+            out, k_next, v_next = compiled(x, k, v)
+            for got, want in zip((out, k_next, v_next), layer.grow(x, k, v)):
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+            k, v = k_next, v_next
+        grown = device.runtime_stats()
+        assert grown["calls"] == 8 and grown["replayed_calls"] == 0
+        assert grown["kernel_launches"] >= 8 and grown["host_fallback_ops"] == 0
+        for _ in range(3):  # the same size again: general, recorded, replayed
+            out, _, _ = compiled(x, k, v)
+            torch.testing.assert_close(out, layer.grow(x, k, v)[0], rtol=1e-5, atol=1e-6)
+    stats = device.runtime_stats()
+    assert stats["calls"] == 11 and stats["replayed_calls"] == 1
+    assert counters["stats"]["unique_graphs"] == 1

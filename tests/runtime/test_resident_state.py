@@ -42,3 +42,30 @@ def test_a_key_set_or_forgotten_outside_a_call_ends_the_shortcut() -> None:
     assert _buffers(state.changed(PLANS, {0: ("t0", 0), 2: ("t2", 1)})) == []
     state.free()
     assert _buffers(state.changed(PLANS, {0: ("t0", 0), 2: ("t2", 1)})) == ["w", "b"]
+
+
+def test_the_views_outside_the_workspace_are_made_once_until_one_is_new() -> None:
+    """Every binding (a decode step with a growing cache binds every call) reads the
+    views of constants, resident inputs and the constant bank with their addresses: they
+    are made again only when one of those views is new, or after ``free()``."""
+    import numpy as np
+
+    from simaccel.runtime.constbank import ConstantBank
+    from simaccel.runtime.spec import SIZE_BANK
+
+    arena = np.zeros(256, np.uint8)
+    bank = ConstantBank([(1, "s", np.dtype(np.float32))], sizes=1)
+    state = ResidentState()
+    state.views["w"] = arena[:64].view(np.float32)
+    state.bank = arena[128:128 + bank.nbytes]
+    state.size_bank = bank.size_view(state.bank)
+    views, addresses = state.fixed_views(bank)
+    base = arena.ctypes.data
+    assert addresses == {"w": base, "s": base + 128, SIZE_BANK: base + 128 + bank.sizes_offset}
+    assert set(views) == {"w", "s", SIZE_BANK}
+    assert state.fixed_views(bank)[0] is views  # nothing new: the same views
+    state.views["w"] = arena[64:128].view(np.float32)  # a resident input's new block
+    views, addresses = state.fixed_views(bank)
+    assert addresses["w"] == base + 64 and views["w"] is state.views["w"]
+    state.free()
+    assert state._fixed is None
