@@ -125,6 +125,17 @@ class KernelCache:
         return path.exists() and any(any(d.glob(f"{path.stem}.*.nbi"))
                                      for d in numba_cache_dirs(path))
 
+    def needs_numba(self, source: str, signature: tuple) -> bool:
+        """True if :meth:`load` would have to import numba (~0.5 s) to load the kernel:
+        not loaded in this process and no native object on disk (a kernel that runs in
+        numba's thread pool has none)."""
+        digest = hashlib.sha256(source.encode()).hexdigest()[:_HASH_CHARS]
+        key = tuple(str(t) for t in signature)
+        if (digest, key) in self._loaded:
+            return False
+        native_path = self._native_path(self.root / f"sk_{digest}.py", key)
+        return native_path is None or not native_path.exists()
+
     def populate(self, name: str, content: bytes) -> None:
         """Write a kernel file a Mega-Cache artifact carried (``load_cache_artifacts``):
         only a kernel module or native object name, and a module only if its content
@@ -258,10 +269,14 @@ def _compile_lock(path: Path) -> Iterator[None]:
 
 def numba_cache_dirs(path: Path) -> list[Path]:
     """Where numba caches the machine code of the kernel module ``path``: beside it in
-    ``__pycache__``, or under ``NUMBA_CACHE_DIR`` when that is set."""
+    ``__pycache__``, or when ``NUMBA_CACHE_DIR`` is set, in the folder numba's
+    ``UserProvidedCacheLocator`` names under it (the module folder's name and the SHA-1
+    of its absolute path)."""
     dirs = [path.parent / "__pycache__"]
     if os.environ.get("NUMBA_CACHE_DIR"):
-        dirs.append(Path(os.environ["NUMBA_CACHE_DIR"]))
+        folder = os.path.dirname(os.path.abspath(path))
+        digest = hashlib.sha1(folder.encode()).hexdigest()  # noqa: S324 - numba's naming
+        dirs.append(Path(os.environ["NUMBA_CACHE_DIR"]) / f"{os.path.basename(folder)}_{digest}")
     return [d for d in dirs if d.is_dir()]
 
 

@@ -214,11 +214,14 @@ def _tiered_step(p: PreparedKernel, lowered: LoweredGraph, device: Any,
     the worker is done, then the compiled kernel from the cache."""
     kernel = p.kernel
     kind = type(kernel).__name__.replace("Kernel", "").lower()
-    info = KernelInfo(kernel.name, kind, "tier0", "(compiling in the background)", 0.0)
+    waiting = "loaded after the first call" if compile_pool.is_deferred_load(pending) \
+        else "compiling in the background"
+    info = KernelInfo(kernel.name, kind, "tier0", f"({waiting})", 0.0)
 
-    def load() -> Any:  # on disk: the worker compiled it
+    def load() -> Any:  # on disk: a worker compiled it, or it was there (a deferred load)
         loaded = _CACHE.load(p.source, p.signature)
-        device.count(ORIGIN_COUNTERS["pool" if loaded.origin == "disk" else loaded.origin])
+        compiled = loaded.origin == "disk" and _worker_origin(pending) != "disk"
+        device.count(ORIGIN_COUNTERS["pool" if compiled else loaded.origin])
         info.path = str(loaded.path)  # the report names the compiled kernel from now on
         return loaded.fn
     fn = tiered.TieredKernel(kernel.name, tiered.load_tier0(p.tier0_source), pending, load,
@@ -227,13 +230,23 @@ def _tiered_step(p: PreparedKernel, lowered: LoweredGraph, device: Any,
     return step, info
 
 
+def _worker_origin(pending: Any) -> str | None:
+    """Where the worker found a background kernel ("compiled", "disk"); None if it
+    failed (this process compiled it then)."""
+    try:
+        return pending.result()
+    except Exception:  # noqa: BLE001 - TieredKernel._switch logged it
+        return None
+
+
 def _compile_in_pool(kernels: list[Any], lowered: LoweredGraph, tier0: bool | str) -> tuple[
         dict[int, PreparedKernel], frozenset[str], dict[str, Any]]:
     """Every kernel's prepared form (by ``id``), after the ones missing from the cache
     compiled in the worker pool (:mod:`simaccel.codegen.compile_pool`); the sources the
     workers compiled; and (``tier0``) the futures of the misses with a tier-0 form, which
-    compile in the background instead, by source (``tier0="only"``: every kernel with a
-    tier-0 form, future None: never compiled)."""
+    compile in the background instead, and of the hits only numba can load, loaded after
+    the first call (:func:`~simaccel.codegen.compile_pool.defer_loads`), by source
+    (``tier0="only"``: every kernel with a tier-0 form, future None: never compiled)."""
     if tier0 == "only":
         prepared = {id(k): prepare_kernel(k, lowered, True) for k in kernels}
         return prepared, frozenset(), {p.source: None for p in prepared.values()
@@ -244,6 +257,9 @@ def _compile_in_pool(kernels: list[Any], lowered: LoweredGraph, tier0: bool | st
         return prepared, frozenset(), {}
     missing = {p.source: p for p in prepared.values() if not _CACHE.has(p.source, p.signature)}
     later = [(s, p.signature) for s, p in missing.items() if p.tier0_source is not None]
+    # in the cache, but only numba can load them: tier 0 until the first call returns
+    numba_only = [p.source for p in prepared.values() if tier0 and p.source not in missing
+                  and p.tier0_source is not None and _CACHE.needs_numba(p.source, p.signature)]
     now = [(s, p.signature) for s, p in missing.items() if p.tier0_source is None]
     # the kernels this call cannot run without go to the workers now (even a few, when
     # the graph's background compiles start the workers anyway); those have a tier-0
@@ -252,6 +268,8 @@ def _compile_in_pool(kernels: list[Any], lowered: LoweredGraph, tier0: bool | st
         if now and (len(now) >= compile_pool.MIN_JOBS or later) else {}
     background = {source: future for future, source in
                   compile_pool.submit_deferred(_CACHE.root, later).items()} if later else {}
+    background.update({source: future for future, source in
+                       compile_pool.defer_loads(numba_only).items()})
     return prepared, frozenset(compile_pool.collect(waited)), background
 
 

@@ -33,8 +33,10 @@ import multiprocessing
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("simaccel.codegen")
 
@@ -94,9 +96,13 @@ class _Deferred:
     signature) in submission order; each future takes the worker's result once sent."""
 
     def __init__(self) -> None:
-        self.jobs: list[tuple[concurrent.futures.Future, Path, str, tuple[str, ...]]] = []
+        #: (root None: a deferred load, :func:`defer_loads`)
+        self.jobs: list[tuple[concurrent.futures.Future, Path | None, str,
+                              tuple[str, ...]]] = []
         self.lock = threading.Lock()
         self.timer: threading.Timer | None = None
+        #: the futures of deferred loads, made or completed (see :func:`defer_loads`)
+        self.loads: weakref.WeakSet[concurrent.futures.Future] = weakref.WeakSet()
 
 
 _DEFERRED = _Deferred()
@@ -112,20 +118,52 @@ def submit_deferred(root: Path, jobs: Sequence[tuple[str, tuple[str, ...]]]
             future: concurrent.futures.Future = concurrent.futures.Future()
             _DEFERRED.jobs.append((future, root, source, signature))
             futures[future] = source
-        if _DEFERRED.timer is None and _DEFERRED.jobs:
-            _DEFERRED.timer = threading.Timer(DEFER_S, release_deferred)
-            _DEFERRED.timer.daemon = True
-            _DEFERRED.timer.start()
+        _start_timer()
     return futures
 
 
-def release_deferred() -> int:
-    """Send every deferred job to the workers (in the order queued); returns how many."""
+def is_deferred_load(future: Any) -> bool:
+    """True for a future :func:`defer_loads` made."""
+    return future in _DEFERRED.loads
+
+
+def defer_loads(sources: Sequence[str]) -> dict[concurrent.futures.Future, str]:
+    """Futures that complete with ``"disk"`` at :func:`release_deferred`, like deferred
+    jobs but sent to no worker: kernels already in the cache that only numba can load
+    (its import alone is ~0.5 s), so that a warm process's first call runs them in tier 0
+    and loads them after it returns, as a cold process does with its compiles."""
+    futures = {}
     with _DEFERRED.lock:
-        jobs, _DEFERRED.jobs = _DEFERRED.jobs, []
+        for source in sources:
+            future: concurrent.futures.Future = concurrent.futures.Future()
+            _DEFERRED.jobs.append((future, None, source, ()))
+            _DEFERRED.loads.add(future)
+            futures[future] = source
+        _start_timer()
+    return futures
+
+
+def _start_timer() -> None:
+    """Release the deferred jobs :data:`DEFER_S` from now unless a timer runs (under
+    ``_DEFERRED.lock``)."""
+    if _DEFERRED.timer is None and _DEFERRED.jobs:
+        _DEFERRED.timer = threading.Timer(DEFER_S, release_deferred)
+        _DEFERRED.timer.daemon = True
+        _DEFERRED.timer.start()
+
+
+def release_deferred() -> int:
+    """Send every deferred job to the workers (in the order queued; a deferred load
+    completes here); returns how many jobs were sent."""
+    with _DEFERRED.lock:
+        queued, _DEFERRED.jobs = _DEFERRED.jobs, []
         timer, _DEFERRED.timer = _DEFERRED.timer, None
     if timer is not None:
         timer.cancel()
+    for future, root, _, _ in queued:
+        if root is None and not future.done():
+            future.set_result("disk")
+    jobs = [job for job in queued if job[1] is not None]
     if not jobs:
         return 0
     try:

@@ -6,7 +6,9 @@ whole-array numpy, built in microseconds) on the same device buffers. The first 
 after the worker finished loads the compiled kernel from the cache (a native object, a
 few milliseconds) and every launch from then on runs it; programs bind their launches
 again then (:func:`simaccel.runtime.tiers.bump`), so a group of native kernels becomes
-one command list as usual.
+one command list as usual. A kernel a warm process finds in the cache but only numba can
+load (one that runs in numba's thread pool has no native object, and importing numba
+takes ~0.5 s) also starts in tier 0 and is loaded when the first call returns.
 
 Both tiers compute the same IR with the same dtypes; what can differ is a float sum's
 association (numpy adds pairwise, the compiled loop in order: ``numpy_lib.fold``); an op

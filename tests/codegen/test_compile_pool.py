@@ -130,6 +130,23 @@ def test_background_compiles_wait_for_their_release(tmp_path, monkeypatch):
     assert all(KernelCache(tmp_path).has(s, sig) for s, sig in jobs)
 
 
+def test_deferred_loads_complete_at_the_release_and_reach_no_worker(monkeypatch):
+    """A kernel already in the cache that only numba can load waits for the first call
+    to return, like a deferred compile, but no worker is asked to compile it."""
+    monkeypatch.setattr(compile_pool, "DEFER_S", 600.0)
+    monkeypatch.setattr(compile_pool, "_pool", _no_pool)
+    futures = compile_pool.defer_loads(["source a", "source b"])
+    assert sorted(futures.values()) == ["source a", "source b"]
+    assert all(compile_pool.is_deferred_load(f) and not f.done() for f in futures)
+    assert compile_pool.release_deferred() == 0  # no job went to a worker
+    assert {f.result(timeout=0) for f in futures} == {"disk"}
+    assert not compile_pool.is_deferred_load(concurrent.futures.Future())
+
+
+def _no_pool(workers: int):
+    raise AssertionError("a deferred load must not start the workers")
+
+
 def test_deferred_compiles_start_on_their_own_after_the_defer_time(tmp_path, monkeypatch):
     monkeypatch.setenv("SIMACCEL_COMPILE_WORKERS", "2")
     monkeypatch.setattr(compile_pool, "DEFER_S", 0.05)

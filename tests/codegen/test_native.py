@@ -199,3 +199,38 @@ def test_command_list_ir_calls_each_entry_with_its_constant_arguments():
     assert "call i32 %f0(ptr inttoptr (i64 64 to ptr), i64 7)" in ir
     assert "call i32 %f1(ptr inttoptr (i64 0 to ptr), i64 3)" in ir
     assert ir.count("ret i32 %r") == 2 and ir.rstrip().endswith("}")
+
+
+NUMBA_ONLY_PROGRAM = textwrap.dedent("""\
+    import json, pathlib, sys, torch, simaccel
+    x = torch.randn(256, 512)  # enough exp work for numba's thread pool (prange)
+    f = torch.compile(lambda x: (x.exp() * 2 + 1).log(), backend="simaccel",
+                      options={"tier0": True})
+    out = f(x)
+    numba_after_first_call = "numba" in sys.modules
+    kernel, = [k for k in simaccel.reports()[-1].kernels if k.kind != "library"]
+    first_path = kernel.path
+    simaccel.wait_for_kernels()
+    again = f(x)
+    for y in (out, again):
+        torch.testing.assert_close(y, (x.exp() * 2 + 1).log(), rtol=1e-5, atol=1e-5)
+    stats = simaccel.get_device().runtime_stats()
+    print(json.dumps({"numba_after_first_call": numba_after_first_call,
+                      "origin": kernel.origin, "first_path": first_path,
+                      "parallel": "parallel=True" in pathlib.Path(kernel.path).read_text(),
+                      **stats}))
+    """)
+
+
+def test_a_warm_process_loads_a_numba_only_kernel_after_its_first_call(tmp_path):
+    """A kernel that runs in numba's thread pool has no native object: loading it means
+    importing numba (~0.5 s). A warm process runs it in tier 0 on the first call and
+    loads it from the cache when that call returns, counted as a cache hit."""
+    env = {"SIMACCEL_COMPILE_WORKERS": "2"}
+    cold = run_child_program(NUMBA_ONLY_PROGRAM, tmp_path, **env)
+    assert cold["parallel"] and cold["kernels_compiled"] == 1
+    warm = run_child_program(NUMBA_ONLY_PROGRAM, tmp_path, **env)
+    assert not warm["numba_after_first_call"]
+    assert warm["origin"] == "tier0" and warm["first_path"] == "(loaded after the first call)"
+    assert warm["kernels_compiled"] == 0 and warm["kernel_cache_hits"] == 1
+    assert warm["tier0_launches"] >= 1 and warm["kernel_launches"] >= 2
