@@ -44,7 +44,7 @@ except ImportError:  # pragma: no cover - not POSIX: processes compile independe
     fcntl = None  # type: ignore[assignment]
 
 from simaccel.cachedir import default_cache_dir, ensure_private_dir, write_atomic
-from simaccel.codegen import native
+from simaccel.codegen import native, numba_files
 from simaccel.codegen.threads import start_kernel_threads
 from simaccel.errors import KernelCompileError
 from simaccel.guards.dynamo import megacache
@@ -104,6 +104,7 @@ class KernelCache:
                 origin = "disk"
                 if fn is None:
                     fn, origin = self._load_with_numba(path, source, digest, signature)
+                    numba_files.record(path)  # no native object: numba's files carry it
             self._loaded[(digest, key)] = fn
             # for torch's Mega-Cache (save_cache_artifacts); the native object is recorded
             # where its bytes are at hand (loaded or exported)
@@ -138,9 +139,13 @@ class KernelCache:
 
     def populate(self, name: str, content: bytes) -> None:
         """Write a kernel file a Mega-Cache artifact carried (``load_cache_artifacts``):
-        only a kernel module or native object name, and a module only if its content
+        only a kernel module, native object or numba cache file name
+        (:mod:`.numba_files`), and a module only if its content
         hashes to its name (a native object's header hash is checked when it loads). A
         refused artifact is skipped with a warning: the kernel compiles when needed."""
+        if numba_files.NAME.fullmatch(name):
+            numba_files.populate(self.root, name, content)
+            return
         match = _ARTIFACT_NAME.fullmatch(name)
         if match is None:
             log.warning("simaccel: skipping a cache artifact named %r: not a kernel file", name)
@@ -150,6 +155,9 @@ class KernelCache:
                         "hash (damaged or tampered); the kernel compiles when needed", name)
             return
         write_atomic(self.root / name, content)
+        mtime_ns = numba_files.module_mtime(name)
+        if mtime_ns is not None:  # numba's index (populated first) expects this time
+            os.utime(self.root / name, ns=(mtime_ns, mtime_ns))
 
     def _load_with_numba(self, path: Path, source: str, digest: str,
                          signature: tuple) -> tuple[Callable[..., Any], str]:
@@ -274,9 +282,7 @@ def numba_cache_dirs(path: Path) -> list[Path]:
     of its absolute path)."""
     dirs = [path.parent / "__pycache__"]
     if os.environ.get("NUMBA_CACHE_DIR"):
-        folder = os.path.dirname(os.path.abspath(path))
-        digest = hashlib.sha1(folder.encode()).hexdigest()  # noqa: S324 - numba's naming
-        dirs.append(Path(os.environ["NUMBA_CACHE_DIR"]) / f"{os.path.basename(folder)}_{digest}")
+        dirs.append(numba_files.cache_dir(path))
     return [d for d in dirs if d.is_dir()]
 
 

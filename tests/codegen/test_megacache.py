@@ -19,6 +19,9 @@ MODEL = """\
     out = f(x)
     torch.testing.assert_close(out, m(x), rtol=1e-5, atol=1e-5)
     out.sum().backward()
+    big = torch.randn(256, 512)  # exp and log over 128K elements: a kernel in numba's
+    g = torch.compile(lambda t: (t.exp() * 2 + 1).log(), backend="simaccel")  # threads
+    torch.testing.assert_close(g(big), (big.exp() * 2 + 1).log(), rtol=1e-5, atol=1e-5)
 """
 SAVE = textwrap.dedent(MODEL + """\
     blob, info = torch.compiler.save_cache_artifacts()
@@ -30,13 +33,15 @@ LOAD = textwrap.dedent("""\
     import json, torch, simaccel
     info = torch.compiler.load_cache_artifacts(open({path!r}, "rb").read())
 """) + textwrap.dedent(MODEL + """\
+    simaccel.wait_for_kernels()  # a kernel only numba loads is loaded after its first call
     print(json.dumps(simaccel.get_device().runtime_stats()))
 """)
 
 
 def test_artifacts_round_trip_into_empty_caches(tmp_path):
     """The saving process runs tier 0 (two compile workers): its save waits for the
-    kernels still compiling, so the artifacts carry all of them."""
+    kernels still compiling, so the artifacts carry all of them, the one that runs in
+    numba's thread pool (no native object) as numba's own cache files."""
     blob = tmp_path / "artifacts.bin"
     first = run_child_program(SAVE.format(path=str(blob)), tmp_path / "a",
                               NUMBA_CACHE_DIR=str(tmp_path / "numba-a"),
@@ -54,10 +59,11 @@ def test_a_damaged_or_foreign_artifact_is_skipped_with_a_warning(caplog):
     root = DEFAULT_CACHE.root
     digest = hashlib.sha256(b"print('original')\n").hexdigest()[:24]
     cases = [f"kernel/sk_{digest}.py", "kernel/../../escape.py", "lift/not-an-entry.json",
-             "unknown/file"]
+             "unknown/file", f"kernel/sk_{digest}.kernel-10.py311.nbi"]
     with caplog.at_level(logging.WARNING, logger="simaccel"):
         for key in cases:
             SimaccelCacheArtifact(key, b"print('tampered')\n").populate_cache()
     assert not (root / f"sk_{digest}.py").exists()
     assert not (root.parent / "escape.py").exists()
+    assert not list(root.parent.rglob(f"sk_{digest}.kernel-*"))
     assert len([r for r in caplog.records if "skipping" in r.getMessage()]) == len(cases)
