@@ -67,3 +67,29 @@ def test_a_damaged_or_foreign_artifact_is_skipped_with_a_warning(caplog):
     assert not (root.parent / "escape.py").exists()
     assert not list(root.parent.rglob(f"sk_{digest}.kernel-*"))
     assert len([r for r in caplog.records if "skipping" in r.getMessage()]) == len(cases)
+
+
+def test_a_numba_index_artifact_gives_its_module_the_time_numba_checks(tmp_path, monkeypatch):
+    """numba's index is valid only for the module's modification time when it was made:
+    written back in either order, module and index agree on it."""
+    import json
+    import os
+
+    from simaccel.codegen.cache import KernelCache
+
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    mtime_ns = 1_700_000_000_123_456_789
+    for k, order in enumerate((("nbi", "py"), ("py", "nbi"))):
+        source = f"print('kernel {k}')\n".encode()  # its own module name per order
+        stem = "sk_" + hashlib.sha256(source).hexdigest()[:24]
+        cache = KernelCache(tmp_path / f"cache{k}")
+        index = b"numba index bytes"
+        header = json.dumps({"sha256": hashlib.sha256(index).hexdigest(),
+                             "module_mtime_ns": mtime_ns}).encode()
+        for kind in order:
+            if kind == "py":
+                cache.populate(f"{stem}.py", source)
+            else:
+                cache.populate(f"{stem}.kernel-3.py311.nbi", header + b"\n" + index)
+        assert (cache.root / "__pycache__" / f"{stem}.kernel-3.py311.nbi").read_bytes() == index
+        assert os.stat(cache.root / f"{stem}.py").st_mtime_ns == mtime_ns
