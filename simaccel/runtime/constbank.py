@@ -20,6 +20,10 @@ import numpy as np
 from simaccel.errors import SimAccelError
 
 
+#: the DMA label of the constant bank's upload (one descriptor per call that changed it)
+BANK_LABEL = "constant bank"
+
+
 class ConstantBank:
     """Layout and host image of one program's bank. ``slots``: (argument index, buffer
     name, numpy dtype) per scalar, in bank order; ``sizes``: how many size symbols the

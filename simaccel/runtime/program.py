@@ -26,7 +26,7 @@ from simaccel.dma import Descriptor
 from simaccel.dma.plan import PlannedPairError
 from simaccel.runtime.calls import (CallProgress, call_plan, download_batch, launch_kernels,
                                     run_stepwise)
-from simaccel.runtime.constbank import ConstantBank
+from simaccel.runtime.constbank import BANK_LABEL, ConstantBank
 from simaccel.runtime.device import Device
 from simaccel.runtime import tiers
 from simaccel.runtime.group import bind_launch
@@ -396,7 +396,7 @@ class Program:
         if self._bank.used and self._bank.pack(args, sizes):
             # planned like the inputs: a changed scalar costs one planned batch
             self._copy_planned(bound, "const", "const", [self._bank.host], [self._state.bank],
-                               ["constant bank"], None, None, done)
+                               [BANK_LABEL], None, None, done)
 
     def _bind_mapped(self, bound: BoundWorkspace, args: list[Any], host_outputs: list[Any],
                      data_ptrs: list[int] | None) -> None:

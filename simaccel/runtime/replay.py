@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from simaccel.runtime.calls import CallProgress, call_plan
+from simaccel.runtime.constbank import BANK_LABEL
 from simaccel.runtime.hostmap import data_ptr
 from simaccel.runtime.resident import BoundWorkspace
 from simaccel.runtime.spec import Placement
@@ -185,7 +186,11 @@ def record(bound: BoundWorkspace, done: CallProgress, program: Any, args: list[A
     inputs_moved = [plan for plan in done.uploads if plan.kind != "const"]
     bank_plan = bound.batch_plans.get("const")
     if program._bank.used and bank_plan is None:
-        return None
+        # no call on this binding moved the bank: one made after a kernel switched tiers
+        # (or the workspace grew) while every scalar kept its value; plan it as the
+        # upload would, or no call of the binding would ever replay
+        bank_plan = bound.batch_plans["const"] = program.device.dma.plan_batch(
+            "const", [program._bank.host], [program._state.bank], [BANK_LABEL])
     calls = {}
     for packed, uploads in ((False, inputs_moved), (True, [*inputs_moved, bank_plan])):
         if packed and bank_plan is None:

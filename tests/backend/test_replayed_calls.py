@@ -94,3 +94,25 @@ def test_a_growing_kv_cache_records_no_replay_it_would_never_repeat():
     stats = device.runtime_stats()
     assert stats["calls"] == 11 and stats["replayed_calls"] == 1
     assert counters["stats"]["unique_graphs"] == 1
+
+
+def test_a_new_binding_replays_though_no_scalar_changed():
+    """A kernel switching tiers (a background compile loaded) makes every program bind
+    anew. A lifted scalar that keeps its value moves no constant-bank upload on the new
+    binding; its calls must still replay (they went the general way every call)."""
+    from simaccel.runtime import tiers
+
+    def scaled(x: torch.Tensor, scale: float) -> torch.Tensor:
+        return torch.relu(x * scale + 1.0)
+
+    compiled = torch.compile(scaled, backend="simaccel")
+    device = simaccel.get_device()
+    x = torch.randn(32, 8)
+    for k in range(6):
+        if k == 2:
+            tiers.bump()  # as a kernel's compiled form arriving does
+        out = compiled(x, 0.5)
+        torch.testing.assert_close(out, scaled(x, 0.5), **TOL)
+    stats = device.runtime_stats()
+    assert stats["calls"] == 6 and stats["replayed_calls"] == 4  # calls 1 and 3 general
+    assert counters["stats"]["unique_graphs"] == 1
