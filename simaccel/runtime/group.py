@@ -58,7 +58,6 @@ class LaunchGroup:
                 call()
         return launch
 
-
     def _slices(self, args: Sequence[Any], addresses: Sequence[int | None] | None
                 ) -> list[tuple[GroupPart, list[Any], list[int | None] | None]]:
         """(part, its arguments, their addresses) for each part."""

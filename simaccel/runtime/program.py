@@ -15,7 +15,6 @@ This module knows nothing of torch: buffers are numpy arrays over device memory.
 """
 from __future__ import annotations
 
-
 import threading
 import weakref
 from typing import Any, Callable
