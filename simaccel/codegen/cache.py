@@ -89,8 +89,7 @@ class KernelCache:
     def load(self, source: str, signature: tuple) -> LoadedKernel:
         """Compile ``source``'s ``kernel`` function for ``signature`` (numba type names
         or numba types), or load it from the cache."""
-        digest = hashlib.sha256(source.encode()).hexdigest()[:_HASH_CHARS]
-        key = tuple(str(t) for t in signature)
+        digest, key = _identity(source, signature)
         with self._lock:
             path = self.root / f"sk_{digest}.py"
             fn = self._loaded.get((digest, key))
@@ -115,8 +114,7 @@ class KernelCache:
         """True if :meth:`load` would find the kernel without compiling it: loaded in
         this process, its native object on disk, or numba's index of its module (a quick
         look, no verification: a damaged entry still recompiles in :meth:`load`)."""
-        digest = hashlib.sha256(source.encode()).hexdigest()[:_HASH_CHARS]
-        key = tuple(str(t) for t in signature)
+        digest, key = _identity(source, signature)
         if (digest, key) in self._loaded:
             return True
         path = self.root / f"sk_{digest}.py"
@@ -130,8 +128,7 @@ class KernelCache:
         """True if :meth:`load` would have to import numba (~0.5 s) to load the kernel:
         not loaded in this process and no native object on disk (a kernel that runs in
         numba's thread pool has none)."""
-        digest = hashlib.sha256(source.encode()).hexdigest()[:_HASH_CHARS]
-        key = tuple(str(t) for t in signature)
+        digest, key = _identity(source, signature)
         if (digest, key) in self._loaded:
             return False
         native_path = self._native_path(self.root / f"sk_{digest}.py", key)
@@ -273,6 +270,12 @@ def _compile_lock(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def _identity(source: str, signature: tuple) -> tuple[str, tuple[str, ...]]:
+    """(module digest, signature as type names) that name a kernel in the cache."""
+    return (hashlib.sha256(source.encode()).hexdigest()[:_HASH_CHARS],
+            tuple(str(t) for t in signature))
 
 
 def numba_cache_dirs(path: Path) -> list[Path]:
