@@ -20,7 +20,7 @@ from simaccel.codegen.compile import assemble
 from simaccel.codegen.graph import GraphLowering
 from simaccel.compiled import CompiledGraph, direct_caller, graph_outputs
 from simaccel.errors import UnsupportedOpError
-from simaccel.guards import dynamo, prepare_frame
+from simaccel.guards import dynamo, first_trace, prepare_frame
 from simaccel.guards.buckets import bucket_guards
 from simaccel.guards.dynamo import (aot_module_simplified, core_aten_decomposition_table,
                                     decompositions_for, errors_reach_user,
@@ -234,3 +234,8 @@ def _prepare_guards(gm: torch.fx.GraphModule, example_inputs: list[Any], opts: O
     The report's ``device_plan`` holds the per-input facts the device guards pin
     (:func:`simaccel.input_plan.frame_input_facts` reads them)."""
     return prepare_frame(gm, example_inputs, opts, device=get_device())
+
+
+# Floats of the frames this backend compiles are graph inputs from their first trace
+# (no lifting re-trace for them; :mod:`simaccel.guards.first_trace`).
+first_trace.install(simaccel_backend)

@@ -31,9 +31,9 @@ from typing import Any
 import torch
 
 from simaccel.guards import dynamo
+from simaccel.guards.first_trace import error_text, read_first_trace, warn_once
 from simaccel.guards.graph_uses import ABSENT, HYPERPARAMETER, SHAPE, VALUE, predict_uses
-from simaccel.guards.nn_constants import nn_constant_reason
-from simaccel.guards.policy import LiftPolicy, parse_source_path
+from simaccel.guards.policy import LiftPolicy, keep_reason, parse_source_path
 from simaccel.guards.records import LiftOutcome, RetraceRequest, ScalarSite
 from simaccel.guards.report import (
     ARRIVES_AS_GUARD_ONLY, ARRIVES_AS_SYMINT, ARRIVES_AS_TENSOR, DroppedGuard, GuardReport,
@@ -68,19 +68,6 @@ class GraphBreakMoved(Exception):
     """A lifting re-trace ended its graph elsewhere than the first trace did."""
 
 
-def keep_reason(site: ScalarSite) -> str | None:
-    """Why a value guard must stay whatever the policy says; ``None`` if it can be lifted."""
-    if site.kind == "bool":
-        return "bool: steers control flow"
-    if site.kind in ("str", "None", "enum"):
-        return f"{site.kind}: not a number, cannot be a graph input"
-    if site.kind == "float" and not site.liftable:
-        return "NaN/inf: Dynamo specializes non-finite floats"
-    if site.kind not in ("float", "int"):
-        return f"{site.kind} value: not a Python scalar"
-    return nn_constant_reason(site.owner, site.attr)
-
-
 def lift_scalars(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                  lift: object = "auto", keep: object = ()) -> GuardReport:
     """Lift the frame's baked scalars into graph inputs; call it first in the CompilerFn.
@@ -101,8 +88,8 @@ def lift_scalars(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     dynamo.assert_supported_torch()
     request = dynamo.pending_retrace()
     if request is None:
-        held = _first_trace(gm, policy)
-        return _report(gm, label, policy, None, {}, held=held)
+        held, early, outcomes = _first_trace(gm, policy)
+        return _report(gm, label, policy, early, outcomes, tuple(early.warnings), held=held)
     return _after_retrace(gm, label, policy, request)
 
 
@@ -116,9 +103,13 @@ def _report_without_lifting(gm: torch.fx.GraphModule, label: str,
     return _report(gm, label, policy, None, {})
 
 
-def _first_trace(gm: torch.fx.GraphModule, policy: LiftPolicy) -> dict[str, str]:
-    """Ask for a re-trace if there is anything worth lifting (raises), else return the
-    sources held back by what the graph does with them, with the reason."""
+def _first_trace(gm: torch.fx.GraphModule, policy: LiftPolicy
+                 ) -> tuple[dict[str, str], RetraceRequest, dict[str, LiftOutcome]]:
+    """Ask for a re-trace if there is anything worth lifting or a float lifted on this
+    trace must stay specialized (raises); else return the sources held back by what the
+    graph does with them, with the reason, the floats lifted on this trace (as a request
+    of no re-trace round) and what the trace made of each."""
+    early = read_first_trace(gm)
     known_bad = dynamo.unliftable()
     sites = [s for s in dynamo.value_guard_sites()
              if keep_reason(s) is None and policy.decide(s.source) is None]
@@ -131,11 +122,14 @@ def _first_trace(gm: torch.fx.GraphModule, policy: LiftPolicy) -> dict[str, str]
     if held:
         log.info("simaccel: not lifted (from the first trace's graph): %s",
                  "; ".join(f"{n}: {r}" for n, r in held.items()))
-    if not chosen:
-        return held
-    before = dynamo.readable_guards(s.source for s in chosen)
-    dynamo.request_retrace(chosen, before, held, first_break=dynamo.graph_end(),
-                           on_failure=_on_failure)
+    demoted = {**held, **early.pinned, **early.shapes}
+    if not chosen and not early.shapes:
+        return held, RetraceRequest(dynamo.current_compile_id(), early.sites, early.before,
+                                    demoted, rounds=0, warnings=early.warnings), early.outcomes
+    before = {**dynamo.readable_guards(s.source for s in chosen), **early.before}
+    dynamo.request_retrace(chosen + list(early.sites.values()), before, demoted,
+                           first_break=dynamo.graph_end(), on_failure=_on_failure,
+                           warnings=early.warnings)
 
 
 def _in_an_object(site: ScalarSite) -> bool:
@@ -169,7 +163,7 @@ def _after_retrace(gm: torch.fx.GraphModule, label: str, policy: LiftPolicy,
                                {**request.demoted, **{n: reasons[n] for n in shapes}})
     request.demoted.update(reasons)
     for name in shapes:  # out of re-traces: compiled with a symbolic shape
-        _warn(request, f"{name} could not be lifted after {request.rounds} re-trace(s): "
+        warn_once(request, f"{name} could not be lifted after {request.rounds} re-trace(s): "
                        f"{reasons[name]}; compiled with a symbolic shape")
     return _report(gm, label, policy, request, outcomes, tuple(request.warnings))
 
@@ -183,31 +177,13 @@ def _on_failure(request: RetraceRequest, err: BaseException,
         return
     culprits = [n for n in request.sites
                 if n in suspects or not suspects or request.rounds >= MAX_RETRACES]
-    text = _error_text(err)
+    text = error_text(err)
     reasons = {n: f"lifting it made the re-trace fail ({text})" for n in culprits}
     dynamo.remember_unliftable(reasons)
-    _warn(request, f"lifting {', '.join(culprits)} made the re-trace fail ({text}); "
+    warn_once(request, f"lifting {', '.join(culprits)} made the re-trace fail ({text}); "
                    f"kept specialized, as with lift='off', and traced the frame again")
     remaining = [s for n, s in request.sites.items() if n not in culprits]
     dynamo.request_retrace(remaining, request.before, {**request.demoted, **reasons})
-
-
-def _error_text(err: BaseException) -> str:
-    """``Type: first line of the message`` of ``err`` (of the error a
-    ``BackendCompilerFailed`` wraps)."""
-    cause = getattr(err, "inner_exception", None) or err
-    lines = str(cause).strip().splitlines()
-    return f"{type(cause).__name__}: {lines[0][:160]}" if lines else type(cause).__name__
-
-
-def _warn(request: RetraceRequest, text: str) -> None:
-    """Report ``text``; the first of a compile is also its one WARNING line."""
-    request.warnings.append(text)
-    if request.warned:
-        log.info("simaccel: %s", text)
-        return
-    request.warned = True
-    log.warning("simaccel: %s (details: simaccel.reports())", text)
 
 
 def _demote_reason(outcome: LiftOutcome) -> str:
@@ -231,7 +207,8 @@ def _report(gm: torch.fx.GraphModule, label: str, policy: LiftPolicy,
     dropped = _dropped(request, [s.source for s in lifted if s.source in requested])
     kept = _kept(policy, request, held or {}, outcomes)
     return GuardReport(label, tuple(lifted), tuple(dropped), tuple(kept),
-                       retraced=request is not None, warnings=warnings)
+                       retraced=request is not None and request.rounds > 0,
+                       warnings=warnings)
 
 
 def _lifted(gm: torch.fx.GraphModule, requested: dict[str, ScalarSite],

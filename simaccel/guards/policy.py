@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simaccel.errors import InvalidOptionError
+from simaccel.guards.nn_constants import nn_constant_reason
+from simaccel.guards.records import ScalarSite
 
 # One token of a source path: ("root", "L", name) / ("attr", name) / ("item", key).
 Token = tuple[str, ...]
@@ -154,3 +156,15 @@ class LiftPolicy:
             return "not named by a lift pattern"
         return None
 
+
+def keep_reason(site: ScalarSite) -> str | None:
+    """Why a value guard must stay whatever the policy says; ``None`` if it can be lifted."""
+    if site.kind == "bool":
+        return "bool: steers control flow"
+    if site.kind in ("str", "None", "enum"):
+        return f"{site.kind}: not a number, cannot be a graph input"
+    if site.kind == "float" and not site.liftable:
+        return "NaN/inf: Dynamo specializes non-finite floats"
+    if site.kind not in ("float", "int"):
+        return f"{site.kind} value: not a Python scalar"
+    return nn_constant_reason(site.owner, site.attr)

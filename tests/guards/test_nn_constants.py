@@ -18,6 +18,7 @@ from torch._dynamo.utils import counters
 
 import simaccel
 import simaccel.guards.lift as lift
+import simaccel.guards.policy as policy
 from simaccel.guards import lift_memory
 from conftest import unique_graphs
 
@@ -88,17 +89,23 @@ def test_kept_from_the_first_trace(case, make, make_input, attr) -> None:
 @pytest.mark.parametrize("case,make,make_input,attr", CASES, ids=IDS)
 def test_entry_is_still_needed(monkeypatch, case, make, make_input, attr) -> None:
     """Without the table (and without the first trace's graph telling what the value is
-    used for) simaccel tries to lift the value and re-traces; Dynamo hands it back
-    specialized all the same."""
-    monkeypatch.setattr(lift, "nn_constant_reason", lambda owner, name: None)
+    used for) simaccel tries to lift the value: a float on the first trace, an int by a
+    re-trace. Dynamo hands it back specialized all the same."""
+    monkeypatch.setattr(policy, "nn_constant_reason", lambda owner, name: None)
     monkeypatch.setattr(lift, "predict_uses",
                         lambda gm, values: {source: "value" for source, _ in values})
     report = compile_once(make(), make_input())
-    assert report.guards.retraced
-    if case in UNREAD_BY_ATEN:
+    if case in UNREAD_BY_ATEN:  # a float: lifted on the first trace, read by no op
+        assert [s.source for s in report.guards.lifted] == [f"L['fn'].{attr}"]
+        assert not report.guards.retraced
         return
     assert not any(s.source.endswith("." + attr) for s in report.guards.lifted)
-    assert not kept_reason(report, attr).startswith("hyperparameter")
+    reason = kept_reason(report, attr)
+    assert not reason.startswith("hyperparameter")
+    if isinstance(getattr(make(), attr), float):
+        assert reason.startswith("Dynamo pinned it to its value on the first trace")
+    else:
+        assert report.guards.retraced
 
 
 def test_a_new_value_recompiles_once_and_equals_eager() -> None:

@@ -16,6 +16,8 @@ Modules, by concern:
 * :mod:`.lifted`: what the re-traced graph made of the requested scalars.
 * :mod:`.unliftable`: sources a frame cannot lift, per code object for the process
   (:class:`~.unliftable.UnliftablePerCode`) and on disk; the values each compile saw.
+* :mod:`.first_trace`: floats made graph inputs on a frame's first trace (a hook on
+  Dynamo's frame-state lookup), per compile (:class:`~.first_trace.FirstTraceFloats`).
 * :mod:`.failures`: a failed lifting re-trace is traced again with its scalars
   specialized (a hook on Dynamo's root tracer); where a trace's graph ended.
 * :mod:`.tensorify`: AOTAutograd's tensorify pass keeps the scalar arguments simaccel
@@ -49,6 +51,7 @@ from simaccel.guards.dynamo.ddp import active_ddp_module, ddp_split_index
 from simaccel.guards.dynamo import megacache
 from simaccel.guards.dynamo.errors import errors_reach_user
 from simaccel.guards.dynamo.failures import graph_end, involved_sources
+from simaccel.guards.dynamo.first_trace import first_trace_floats, install_first_trace_lifting
 from simaccel.guards.dynamo.guard_text import readable_guards, symbol_predicates
 from simaccel.guards.dynamo.install import (
     SIMACCEL_GUARD, SIMACCEL_SHAPE_ENV, guard_symint_range, install_frame_expression,
@@ -57,7 +60,7 @@ from simaccel.guards.dynamo.install import (
 from simaccel.guards.dynamo.lifted import inspect_lifted, scalar_inputs
 from simaccel.guards.dynamo.logs import register_torch_logs
 from simaccel.guards.dynamo.rawargs import pass_scalars_unwrapped
-from simaccel.guards.dynamo.retrace import pending_retrace, request_retrace
+from simaccel.guards.dynamo.retrace import pending_retrace, request_retrace, restart_trace
 from simaccel.guards.dynamo.shapes import shape_guard_count, shape_guards_since
 from simaccel.guards.dynamo.unliftable import changed_sources, remember_unliftable, unliftable
 from simaccel.guards.dynamo.values import (
@@ -70,10 +73,10 @@ __all__ = [
     "active_ddp_module", "aot_module_simplified", "frame_compile_seconds", "assert_supported_torch", "backward_input_origins",
     "changed_sources", "core_aten_decomposition_table",
     "current_compile_id", "fake_mode_of", "ddp_split_index", "decompositions_for", "errors_reach_user", "eval_frame_expression", "frame_slot",
-    "frame_value", "graph_end", "graph_inputs", "guard_symint_range", "involved_sources", "has_static_address",
-    "in_resume_frame", "inspect_lifted", "install_frame_expression", "install_lambda_guard",
+    "first_trace_floats", "frame_value", "graph_end", "graph_inputs", "guard_symint_range", "involved_sources", "has_static_address",
+    "in_resume_frame", "inspect_lifted", "install_first_trace_lifting", "install_frame_expression", "install_lambda_guard",
     "is_module_state", "megacache", "pass_scalars_unwrapped", "pending_retrace", "readable_guards", "register_torch_logs",
-    "remember_unliftable", "request_retrace", "resolve_source", "DirectCall", "direct_call", "version_bumped_inputs",
+    "remember_unliftable", "request_retrace", "restart_trace", "resolve_source", "DirectCall", "direct_call", "version_bumped_inputs",
     "scalar_inputs", "shape_guard_count", "shape_guards_since", "size_hint", "symbol_predicates", "unliftable", "unset_fake_temporarily",
     "value_guard_sites",
 ]

@@ -9,8 +9,10 @@ The hook wraps ``InstructionTranslator.run`` (the root frame's tracer; the backe
 called from inside it, so a backend error passes through it as ``BackendCompilerFailed``
 or a simaccel error). When a trace of a compile that has a pending re-trace request
 fails, the request's ``on_failure`` decides (:mod:`simaccel.guards.lift`): it raises
-Dynamo's restart with some sources specialized, or returns and the error goes on. Without
-a request (a first trace, ``lift="off"``, another backend) the hook does nothing.
+Dynamo's restart with some sources specialized, or returns and the error goes on. A
+first trace that fails with floats lifted on it (:mod:`.first_trace`) goes to the
+first-trace handler (:mod:`simaccel.guards.first_trace`) the same way. Otherwise
+(``lift="off"``, another backend, nothing lifted) the hook does nothing.
 
 The sources an error involves are found in the traceback: the innermost frames' locals
 holding a symbolic value (a SymInt, a Dynamo ``SymNodeVariable``, a slice of them) whose
@@ -31,13 +33,21 @@ _FRAMES_SEARCHED = 40
 _HOOK_MARK = "_simaccel_retrace_hook"
 #: the pending request of the compile under way (set by :func:`install_failure_hook`)
 _PENDING: list[Callable[[], Any]] = []
+#: first_trace(tracer, error): a trace failed with no re-trace request pending
+_FIRST_TRACE: list[Callable[[Any, BaseException], None]] = []
 
 
-def install_failure_hook(pending: Callable[[], Any]) -> None:
+def install_failure_hook(pending: Callable[[], Any] | None = None,
+                         first_trace: Callable[[Any, BaseException], None] | None = None
+                         ) -> None:
     """Wrap ``InstructionTranslator.run`` once per process (idempotent); ``pending()``
-    gives the re-trace request of the compile under way, or None."""
+    gives the re-trace request of the compile under way, or None; ``first_trace(tracer,
+    error)`` is told of a failed trace with no request pending (:mod:`.first_trace`)."""
     from torch._dynamo.symbolic_convert import InstructionTranslator
-    _PENDING[:] = [pending]
+    if pending is not None:
+        _PENDING[:] = [pending]
+    if first_trace is not None:
+        _FIRST_TRACE[:] = [first_trace]
     original = InstructionTranslator.run
     if getattr(original, _HOOK_MARK, False):
         return
@@ -60,10 +70,13 @@ def install_failure_hook(pending: Callable[[], Any]) -> None:
 def _on_failure(tracer: Any, err: BaseException) -> None:
     """Hand a failed trace to its compile's request (which may raise the restart)."""
     request = _PENDING[0]() if _PENDING else None
-    if request is None or request.on_failure is None or not request.sites:
+    if request is not None:
+        if request.on_failure is not None and request.sites:
+            suspects = involved_sources(err, tracer.output.shape_env, request.sites)
+            request.on_failure(request, err, suspects)
         return
-    suspects = involved_sources(err, tracer.output.shape_env, request.sites)
-    request.on_failure(request, err, suspects)
+    if _FIRST_TRACE:
+        _FIRST_TRACE[0](tracer, err)
 
 
 def involved_sources(err: BaseException, shape_env: Any, wanted: Iterable[str]

@@ -111,7 +111,7 @@ def where(out: Any, source: Any) -> str:
     return type(source).__name__
 
 
-def _attribute_owner(out: Any, source: Any) -> tuple[type | None, str]:
+def attribute_owner(out: Any, source: Any) -> tuple[type | None, str]:
     """(class of the object holding the attribute ``source`` reads, attribute name), or
     (None, "") when ``source`` is not an attribute read."""
     from torch._dynamo import source as S
@@ -139,7 +139,7 @@ def value_guard_sites() -> list[ScalarSite]:
             continue
         sites[guard.name] = ScalarSite(
             guard.name, value, value_kind(value), where(out, source),
-            f"{kind_name}: {guard.name} == {value!r}", *_attribute_owner(out, source))
+            f"{kind_name}: {guard.name} == {value!r}", *attribute_owner(out, source))
     return list(sites.values())
 
 

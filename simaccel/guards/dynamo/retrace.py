@@ -76,15 +76,15 @@ def pending_retrace() -> RetraceRequest | None:
 
 def request_retrace(sites: Sequence[ScalarSite], before: Mapping[str, tuple[str, ...]],
                     demoted: Mapping[str, str] | None = None, first_break: Any = None,
-                    on_failure: Callable[..., None] | None = None) -> NoReturn:
+                    on_failure: Callable[..., None] | None = None,
+                    warnings: Sequence[str] = ()) -> NoReturn:
     """Make Dynamo re-trace the frame with ``sites`` as graph inputs; never returns.
 
     Called again in one compile (after ``inspect_lifted`` found sources that must stay
     specialized, or after a failed re-trace), it replaces the earlier request, keeps its
-    ``first_break``, ``on_failure`` and warnings, and counts one more round.
+    ``first_break``, ``on_failure`` and warnings, and counts one more round. ``warnings``
+    are what the compile reported before its first request (already logged).
     """
-    from torch._dynamo.exc import TensorifyScalarRestartAnalysis
-    from torch._dynamo.symbolic_convert import InstructionTranslator
     compile_id = current_compile_id()
     previous = retraces_per_compile.pop(compile_id)
     if previous is not None:
@@ -95,18 +95,26 @@ def request_retrace(sites: Sequence[ScalarSite], before: Mapping[str, tuple[str,
     if previous is not None:
         request.first_break, request.on_failure = previous.first_break, previous.on_failure
         request.warnings, request.warned = previous.warnings, previous.warned
+    else:
+        request.warnings, request.warned = list(warnings), bool(warnings)
     request.first_break = first_break if first_break is not None else request.first_break
     request.on_failure = on_failure or request.on_failure
     _apply_request(request)
     install_failure_hook(pending_retrace)
     retraces_per_compile.put(request)
     _ensure_end_callback()
-    # Dynamo replays its speculation log on a restart; the re-trace takes other paths
-    # (symbolic compares instead of constants), so the old log would diverge.
+    restart_trace(f"simaccel: re-trace to lift scalars {', '.join(request.sites)}")
+
+
+def restart_trace(reason: str) -> NoReturn:
+    """Make Dynamo trace the frame again, in the same compile; never returns."""
+    from torch._dynamo.exc import TensorifyScalarRestartAnalysis
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+    # Dynamo replays its speculation log on a restart; the next trace takes other paths
+    # (symbolic compares instead of constants, or the reverse), so the old log would
+    # diverge.
     InstructionTranslator.current_tx().speculation_log.clear()
-    names = ", ".join(request.sites)
-    raise TensorifyScalarRestartAnalysis(
-        restart_reason=f"simaccel: re-trace to lift scalars {names}")
+    raise TensorifyScalarRestartAnalysis(restart_reason=reason)
 
 
 def _run_undo(actions: list[Callable[[], None]]) -> None:
