@@ -33,6 +33,7 @@ from simaccel.errors import SimAccelError
 from simaccel.guards import dynamo
 from simaccel.guards.policy import LiftPolicy, keep_reason
 from simaccel.guards.records import LiftOutcome, ScalarSite
+from simaccel.options import parse_options
 
 log = logging.getLogger("simaccel")
 
@@ -65,7 +66,8 @@ def may_lift_first(options: Mapping[str, Any], site: ScalarSite,
     compiled with backend ``options``; bad options lift nothing (the backend reports
     them when it is called)."""
     try:
-        policy = LiftPolicy.parse(options.get("lift", "auto"), options.get("keep", ()))
+        parsed = parse_options(dict(options))
+        policy = LiftPolicy.parse(parsed.lift, parsed.keep)
     except (SimAccelError, TypeError, ValueError):
         return False
     return (policy.mode != "off" and site.liftable and site.source not in unliftable

@@ -196,3 +196,34 @@ def test_a_graph_break_is_traced_again_without_first_trace_lifting(traces) -> No
     assert counts["auto"] == 2  # the two halves of the frame, each compiled once
     # first half: lifted, again without, the re-trace that lifts; second half: one trace
     assert len(traces) == 4
+
+
+def test_the_backend_options_are_found_through_dynamos_wrappers() -> None:
+    """torch.compile's wrapper, a functools.partial and DDPOptimizer all lead to the
+    simaccel backend and its options; another backend leads nowhere (no lifting)."""
+    import functools
+
+    from torch._dynamo.backends.distributed import DDPOptimizer
+    from torch._dynamo.repro.after_dynamo import WrapBackendDebug
+
+    from simaccel.guards.dynamo.first_trace import backend_options
+    wrapped = WrapBackendDebug(torch._TorchCompileWrapper(
+        "simaccel", "default", {"lift": "auto"}, False), "simaccel")
+    assert backend_options(wrapped) == {"lift": "auto"}
+    assert backend_options(functools.partial(backend.simaccel_backend,
+                                             options={"keep": "L['x']"})) == {"keep": "L['x']"}
+    assert backend_options(DDPOptimizer(1 << 20, wrapped).compile_fn) == {"lift": "auto"}
+    assert backend_options(backend.simaccel_backend) == {}
+    assert backend_options(torch._dynamo.lookup_backend("eager")) is None
+
+
+@pytest.mark.parametrize("options", [{"keep": "L['self'].scale"}, {"lift": "L['self'].shift"}],
+                         ids=["keep", "lift-pattern"])
+def test_the_policy_decides_what_the_first_trace_lifts(traces, options) -> None:
+    model = Scaled()
+    simaccel.clear_reports()
+    graphs = _run(model, _set_scale(model), options=options)
+    assert graphs == 4  # scale keeps its value guard: every new value recompiles
+    report = simaccel.reports()[0].guards
+    assert report.lifted_sources == ("L['self'].shift",) and not report.retraced
+    assert "L['self'].scale" in {k.source for k in report.kept}
