@@ -2,6 +2,9 @@
 
 The backend calls :func:`lift_scalars` at the top of its CompilerFn.  For one frame compile:
 
+0. Floats the policy allows are graph inputs from the first trace already
+   (:mod:`simaccel.guards.first_trace`): no value guard, no re-trace for them. What
+   follows is for the rest (ints; floats under another backend wrapper, or kept back).
 1. First trace: Dynamo baked floats/ints into the graph and guards each one by value.
    ``lift_scalars`` picks the liftable ones (policy + :func:`keep_reason`), keeps those the
    graph only uses as shapes or ``double`` hyperparameters, and the settings of modules

@@ -46,10 +46,13 @@ Decide = Callable[[Mapping[str, Any], ScalarSite, Mapping[str, str]], bool]
 class FirstTraceFloats:
     """The floats made graph inputs on the traces of one frame compile.
 
-    ``sites``: floats made dynamic (any trace of the compile); ``refused``: floats that
-    must stay specialized in this compile, with the reason; ``off``: why first-trace
-    lifting is off for the rest of the compile ("" while on); ``warnings``: what the
-    compile reports about it; ``failures``: traces that failed with floats lifted.
+    ``options``: the backend's options; ``unliftable``: what earlier compiles found
+    unliftable in the frame; ``sites``: floats made dynamic (any trace of the compile);
+    ``refused``: floats that must stay specialized in this compile, with the reason;
+    ``off``: why first-trace lifting is off for the rest of the compile ("" while on);
+    ``warnings``: what the compile reports about it (``warned`` once its WARNING line is
+    logged); ``failures``: traces that failed with floats lifted; ``decided``: the
+    decision per source, asked once a compile.
     """
 
     compile_id: str
@@ -61,7 +64,7 @@ class FirstTraceFloats:
     warnings: list[str] = field(default_factory=list)
     warned: bool = False
     failures: int = 0
-    _decided: dict[str, bool] = field(default_factory=dict)
+    decided: dict[str, bool] = field(default_factory=dict)
 
     def turn_off(self, reason: str) -> None:
         """Lift no float on the later traces of this compile."""
@@ -135,13 +138,13 @@ def _lift_now(tx: Any, name: str, value: float) -> bool:
     state = _state(options)
     if state.off or name in state.refused:
         return False
-    if name not in state._decided:
+    if name not in state.decided:
         site = _float_site(tx.output, name, value)
-        state._decided[name] = site is not None and _Hook.decide(
+        state.decided[name] = site is not None and _Hook.decide(
             state.options, site, state.unliftable)
-        if state._decided[name]:
+        if state.decided[name]:
             state.sites[name] = site  # type: ignore[assignment]
-    return state._decided[name]
+    return state.decided[name]
 
 
 def _state(options: Mapping[str, Any]) -> FirstTraceFloats:
