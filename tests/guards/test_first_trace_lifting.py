@@ -227,3 +227,24 @@ def test_the_policy_decides_what_the_first_trace_lifts(traces, options) -> None:
     report = simaccel.reports()[0].guards
     assert report.lifted_sources == ("L['self'].shift",) and not report.retraced
     assert "L['self'].scale" in {k.source for k in report.kept}
+
+
+def test_a_decision_that_raises_leaves_the_float_to_the_re_trace_path(monkeypatch,
+                                                                     caplog) -> None:
+    """The hook runs inside Dynamo's trace: a failing decision must not break it. The
+    float is then lifted the re-trace way, with the reason at INFO."""
+    from simaccel.guards.dynamo import first_trace as hook
+
+    def broken(*args: Any) -> bool:
+        raise RuntimeError("test: the decision failed")
+
+    monkeypatch.setattr(hook._Hook, "decide", broken)
+    model = Scaled()
+    simaccel.clear_reports()
+    with caplog.at_level(logging.INFO, logger="simaccel"):
+        graphs = _run(model, _set_scale(model))
+    assert graphs == 1
+    report = simaccel.reports()[-1].guards
+    assert report.retraced and "L['self'].scale" in report.lifted_sources
+    assert any("not lifted on the first trace (RuntimeError" in r.getMessage()
+               for r in caplog.records)

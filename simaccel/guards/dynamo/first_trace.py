@@ -22,6 +22,7 @@ dropped when Dynamo's compile ends.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,8 @@ from simaccel.guards.dynamo.frame import (
     attribute_owner, current_compile_id, resolve_source, where,
 )
 from simaccel.guards.records import ScalarSite
+
+log = logging.getLogger("simaccel")
 
 _HOOK_MARK = "_simaccel_first_trace"
 #: attributes that lead from a Dynamo compiler_fn to the backend it wraps
@@ -107,7 +110,7 @@ def install_first_trace_lifting(backend: Any, decide: Decide,
     def process_automatic_dynamic(tx: Any, name: str, entry: Any, **kwargs: Any) -> Any:
         result = original(tx, name, entry, **kwargs)
         if (type(entry.scalar) is float and result.scalar is not pgo.auto_dynamic
-                and _lift_now(tx, name, entry.scalar)):
+                and _decide_safely(tx, name, entry.scalar)):
             return pgo.FrameStateSizeEntry(scalar=pgo.auto_dynamic)
         return result
 
@@ -129,6 +132,17 @@ def _on_failed_trace(tracer: Any, err: BaseException) -> None:
         return
     suspects = involved_sources(err, tracer.output.shape_env, state.sites)
     _Hook.on_failure(state, err, suspects)
+
+
+def _decide_safely(tx: Any, name: str, value: float) -> bool:
+    """:func:`_lift_now`; a decision that raises lifts nothing (Dynamo's own handling,
+    the re-trace path may still lift the float) and says why at INFO."""
+    try:
+        return _lift_now(tx, name, value)
+    except Exception as err:  # noqa: BLE001 - never let the hook break Dynamo's trace
+        log.info("simaccel: %s not lifted on the first trace (%s: %s)", name,
+                 type(err).__name__, err)
+        return False
 
 
 def _lift_now(tx: Any, name: str, value: float) -> bool:
