@@ -31,8 +31,7 @@ from simaccel.guards.added import Guard, add_guard, add_user_guards, frame_added
 from simaccel.guards.device import DevicePlanFacts, device_guards
 from simaccel.guards.dynamo import assert_supported_torch
 from simaccel.guards.lift import lift_scalars
-from simaccel.guards.policy import keep_reason
-from simaccel.guards.policy import LiftPolicy, SourcePattern
+from simaccel.guards.policy import LiftPolicy, SourcePattern, keep_reason
 from simaccel.guards.report import (
     AddedGuard, DroppedGuard, GuardReport, KeptGuard, LiftedScalar,
 )

@@ -167,7 +167,7 @@ def _after_retrace(gm: torch.fx.GraphModule, label: str, policy: LiftPolicy,
     request.demoted.update(reasons)
     for name in shapes:  # out of re-traces: compiled with a symbolic shape
         warn_once(request, f"{name} could not be lifted after {request.rounds} re-trace(s): "
-                       f"{reasons[name]}; compiled with a symbolic shape")
+                           f"{reasons[name]}; compiled with a symbolic shape")
     return _report(gm, label, policy, request, outcomes, tuple(request.warnings))
 
 
@@ -184,7 +184,7 @@ def _on_failure(request: RetraceRequest, err: BaseException,
     reasons = {n: f"lifting it made the re-trace fail ({text})" for n in culprits}
     dynamo.remember_unliftable(reasons)
     warn_once(request, f"lifting {', '.join(culprits)} made the re-trace fail ({text}); "
-                   f"kept specialized, as with lift='off', and traced the frame again")
+                       f"kept specialized, as with lift='off', and traced the frame again")
     remaining = [s for n, s in request.sites.items() if n not in culprits]
     dynamo.request_retrace(remaining, request.before, {**request.demoted, **reasons})
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from simaccel.guards.dynamo.failures import install_failure_hook, involved_sources
 from simaccel.guards.dynamo.frame import (
-    attribute_owner, current_compile_id, resolve_source, where,
+    attribute_owner, call_at_compile_end, current_compile_id, resolve_source, where,
 )
 from simaccel.guards.records import ScalarSite
 
@@ -120,7 +120,8 @@ def install_first_trace_lifting(backend: Any, decide: Decide,
 
 
 def first_trace_floats() -> FirstTraceFloats | None:
-    """The state of the compile under way, or None if it lifted no float on a trace."""
+    """The state of the compile under way; None until a trace of it read a float of a
+    frame the hooked backend compiles."""
     return _by_compile.get(current_compile_id())
 
 
@@ -168,7 +169,7 @@ def _state(options: Mapping[str, Any]) -> FirstTraceFloats:
     if state is None:
         state = FirstTraceFloats(compile_id, options, unliftable())
         _by_compile[compile_id] = state
-        _ensure_end_callback()
+        call_at_compile_end(_on_compile_end)
     return state
 
 
@@ -198,13 +199,6 @@ def _float_site(out: Any, name: str, value: float) -> ScalarSite | None:
         return None
     return ScalarSite(name, value, "float", where(out, source),
                       f"CONSTANT_MATCH: {name} == {value!r}", *attribute_owner(out, source))
-
-
-def _ensure_end_callback() -> None:
-    from torch._dynamo.callback import callback_handler
-    # torch._dynamo.reset() clears every callback, so check each time.
-    if _on_compile_end not in callback_handler.end_callbacks:
-        callback_handler.register_end_callback(_on_compile_end)
 
 
 def _on_compile_end(_args: Any) -> None:

@@ -52,6 +52,15 @@ def current_compile_id() -> str:
     return str(CompileContext.current_compile_id())
 
 
+def call_at_compile_end(callback: Callable[[Any], None]) -> None:
+    """Have Dynamo call ``callback`` when its (outermost) compile of a frame ends.
+    Registered again whenever it is missing: ``torch._dynamo.reset()`` clears every
+    callback."""
+    from torch._dynamo.callback import callback_handler
+    if callback not in callback_handler.end_callbacks:
+        callback_handler.register_end_callback(callback)
+
+
 def in_resume_frame() -> bool:
     """Whether the frame being compiled is Dynamo's continuation after a graph break."""
     from torch._dynamo.resume_execution import TORCH_DYNAMO_RESUME_IN_PREFIX

@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 import torch
 
 from simaccel.guards.dynamo.failures import install_failure_hook
-from simaccel.guards.dynamo.frame import current_compile_id, output_graph
+from simaccel.guards.dynamo.frame import call_at_compile_end, current_compile_id, output_graph
 from simaccel.guards.records import RetraceRequest, ScalarSite
 from simaccel.guards.sources import exact_source_regex
 
@@ -102,7 +102,7 @@ def request_retrace(sites: Sequence[ScalarSite], before: Mapping[str, tuple[str,
     _apply_request(request)
     install_failure_hook(pending_retrace)
     retraces_per_compile.put(request)
-    _ensure_end_callback()
+    call_at_compile_end(_on_compile_end)
     restart_trace(f"simaccel: re-trace to lift scalars {', '.join(request.sites)}")
 
 
@@ -158,13 +158,6 @@ def _seed_frame_state(names: Sequence[str], undo: list[Callable[[], None]]) -> N
             old = state.automatic_dynamic[name]
             state.automatic_dynamic[name] = pgo.FrameStateSizeEntry(scalar=pgo.auto_dynamic)
             undo.append(lambda d=state.automatic_dynamic, n=name, o=old: d.__setitem__(n, o))
-
-
-def _ensure_end_callback() -> None:
-    from torch._dynamo.callback import callback_handler
-    # torch._dynamo.reset() clears every callback, so check each time.
-    if _on_compile_end not in callback_handler.end_callbacks:
-        callback_handler.register_end_callback(_on_compile_end)
 
 
 def _on_compile_end(_args: Any) -> None:
