@@ -27,6 +27,7 @@ from simaccel.guards.dynamo import (aot_module_simplified, core_aten_decompositi
                                     direct_call, unset_fake_temporarily)
 from simaccel.input_plan import (InputFacts, backward_input_facts, bank_dtypes,
                                  forward_input_facts, frame_input_facts, plan_inputs)
+from simaccel.layer_norm import defers_layer_norm, expand_layer_norms
 from simaccel.options import Options, parse_options
 from simaccel.report import CompileReport, add_report
 from simaccel.runtime.device import get_device
@@ -59,15 +60,19 @@ _EXTRA_DECOMPS = [
 ]
 
 
-@functools.lru_cache(maxsize=1)
-def decompositions() -> dict[Any, Callable[..., Any]]:
+@functools.lru_cache(maxsize=2)
+def decompositions(keep_layer_norm: bool = False) -> dict[Any, Callable[..., Any]]:
     """The decomposition table AOTAutograd applies (built once; a few ms, as AOTAutograd
-    has already loaded torch's decompositions)."""
+    has already loaded torch's decompositions). ``keep_layer_norm``: without
+    ``aten.native_layer_norm``, which :func:`expand_layer_norms` decomposes after
+    AOTAutograd (:mod:`simaccel.layer_norm`)."""
     table = dict(core_aten_decomposition_table())
     table.update(decompositions_for(_EXTRA_DECOMPS))
     table.update(ATTENTION_DECOMPOSITIONS)  # torch's own returns a wrong logsumexp
     for op in (aten.var_mean.correction, aten.std.correction):
         table.pop(op, None)  # lowered directly (two-pass, float64 accumulation)
+    if keep_layer_norm:
+        table.pop(aten.native_layer_norm.default)
     return table
 
 
@@ -95,12 +100,14 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
     device = get_device()
     config = device.config
     name = f"graph{next(_GRAPH_IDS)}_{kind}"
+    timer = PhaseTimer()
+    with timer.phase("decompose"):  # layer norms AOTAutograd kept whole (decompositions)
+        expand_layer_norms(gm)
     if has_data_dependent_sizes(gm):
         return compile_staged(
             gm, facts, lambda stage, inputs, stage_facts: compile_graph(
                 stage, inputs, options, kind, stage_facts, guard_report, size_bounds),
             name, options.fallback)
-    timer = PhaseTimer()
     # AOTAutograd calls us under its FakeTensorMode; graph constants are real tensors.
     with unset_fake_temporarily():
         with timer.phase("lower"):
@@ -178,7 +185,8 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     forward = aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler,
                                     bw_compiler=bw_compiler,
                                     inference_compiler=inference_compiler,
-                                    decompositions=decompositions())
+                                    decompositions=decompositions(
+                                        defers_layer_norm(gm, example_inputs)))
     return _call_path(gm, forward, inference)
 
 

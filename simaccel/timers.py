@@ -1,7 +1,7 @@
 """Where compile time goes: phase timers in the style of ``torch._dynamo.utils.compile_times()``.
 
-simaccel times its own phases of every graph it compiles (:data:`GRAPH_PHASES`): lowering
-the ATen graph to kernel IR, planning the inputs, the kernels (a numba compile, or a
+simaccel times its own phases of every graph it compiles (:data:`GRAPH_PHASES`): expanding
+the layer norms AOTAutograd kept whole (:mod:`simaccel.layer_norm`), lowering the ATen graph to kernel IR, planning the inputs, the kernels (a numba compile, or a
 load from the kernel cache), assembling the program spec, and loading it (memory
 planning). Each graph's report has them (``CompileReport.phases_ms``);
 :func:`compile_times` sums them over the process and adds the frame-level phases Dynamo
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 #: simaccel's phases of one graph's compile, in pipeline order
-GRAPH_PHASES = ("lower", "plan inputs", "kernels", "assemble", "load")
+GRAPH_PHASES = ("decompose", "lower", "plan inputs", "kernels", "assemble", "load")
 
 _LOCK = threading.Lock()
 _TOTALS: dict[str, list[float]] = {}

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import ast
 import functools
+import keyword
+import re
 
 from simaccel.codegen import numpy_lib
 from simaccel.codegen import scalar_ops
@@ -111,9 +113,34 @@ def _call(name: str, args: list[ast.expr]) -> ast.Call:
     return ast.Call(func, list(args), [])
 
 
-@functools.lru_cache(maxsize=65536)
+#: a name the rewrite treats as opaque: not an attribute, not one it acts on (:data:`_KEEP`)
+_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+_KEEP = frozenset(keyword.kwlist) | {"np", "lib", "math", *_LIB_CALLS}
+_PLACEHOLDER = re.compile(r"\b_v\d+\b")
+
+
 def vectorized(src: str) -> str:
-    """``src`` (a scalar kernel expression) rewritten for whole arrays."""
+    """``src`` (a scalar kernel expression) rewritten for whole arrays. The rewrite of
+    the expression with its opaque names (buffers, temporaries, loop variables) numbered
+    in order of appearance is shared: a GPT-2 graph's 1086 expressions are 330 distinct
+    ones but 71 shapes, and each rewrite parses and unparses the expression (~0.15 ms)."""
+    if "_v" in src:  # a name that could be taken for a placeholder: rewrite it as it is
+        return _vectorized_shape(src)
+    names: dict[str, str] = {}
+
+    def hide(match: re.Match[str]) -> str:
+        name = match.group(0)
+        return name if name in _KEEP else names.setdefault(name, f"_v{len(names)}")
+
+    rewritten = _vectorized_shape(_NAME.sub(hide, src))
+    if not names:
+        return rewritten
+    back = {placeholder: name for name, placeholder in names.items()}
+    return _PLACEHOLDER.sub(lambda match: back[match.group(0)], rewritten)
+
+
+@functools.lru_cache(maxsize=65536)
+def _vectorized_shape(src: str) -> str:
     tree = _ForArrays().visit(ast.parse(src, mode="eval"))
     return ast.unparse(ast.fix_missing_locations(tree))
 

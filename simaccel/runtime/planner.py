@@ -98,18 +98,19 @@ _ORDERINGS: dict[str, Callable[[PlanBuffer], tuple]] = {
 }
 
 
-def _place(order: list[PlanBuffer], sizes: dict[str, int], alignment: int) -> dict[str, int]:
+def _place(order: list[PlanBuffer], sizes: dict[str, int], alignment: int,
+           live_with: dict[str, list[str]]) -> dict[str, int]:
     """Offsets for ``order``: each buffer in the smallest gap, among placed buffers it is live
-    with, that fits it (lowest offset on ties), else on top of them."""
+    with, that fits it (lowest offset on ties), else on top of them. ``live_with``: the
+    non-empty buffers each buffer's lifetime intersects (:func:`_interference`)."""
     offsets: dict[str, int] = {}
-    placed: list[PlanBuffer] = []
     for buf in order:
         size = sizes[buf.name]
         if size == 0:
             offsets[buf.name] = 0
             continue
-        busy = sorted((offsets[p.name], offsets[p.name] + sizes[p.name])
-                      for p in placed if p.lives_with(buf))
+        busy = sorted((offsets[p], offsets[p] + sizes[p])
+                      for p in live_with[buf.name] if p in offsets)
         best: tuple[int, int] | None = None  # (gap size, offset)
         cursor = 0
         for start, end in busy:
@@ -118,8 +119,21 @@ def _place(order: list[PlanBuffer], sizes: dict[str, int], alignment: int) -> di
                 best = (gap, cursor)
             cursor = max(cursor, end)
         offsets[buf.name] = best[1] if best is not None else _aligned(cursor, alignment)
-        placed.append(buf)
     return offsets
+
+
+def _interference(buffers: list[PlanBuffer], sizes: dict[str, int]) -> dict[str, list[str]]:
+    """For each buffer, the other non-empty buffers live with it (worked out once: every
+    ordering :func:`_place` tries reads it; a GPT-2 graph tries ~60)."""
+    live_with: dict[str, list[str]] = {b.name: [] for b in buffers}
+    by_start = sorted((b for b in buffers if sizes[b.name]), key=lambda b: b.first_use)
+    for k, a in enumerate(by_start):
+        for b in by_start[k + 1:]:
+            if b.first_use > a.last_use:
+                break  # sorted by start: no later buffer meets ``a`` either
+            live_with[a.name].append(b.name)
+            live_with[b.name].append(a.name)
+    return live_with
 
 
 def _lower_bound(buffers: list[PlanBuffer], sizes: dict[str, int]) -> int:
@@ -133,8 +147,8 @@ SEARCH_BUDGET = 400_000
 
 
 def _random_search(buffers: list[PlanBuffer], sizes: dict[str, int], alignment: int,
-                   best: tuple[int, str, dict[str, int]], lower_bound: int
-                   ) -> tuple[int, str, dict[str, int]]:
+                   best: tuple[int, str, dict[str, int]], lower_bound: int,
+                   live_with: dict[str, list[str]]) -> tuple[int, str, dict[str, int]]:
     """Try seeded random orderings (deterministic) until the plan meets the liveness lower
     bound or the budget is spent: greedy orderings miss the optimum on small graphs."""
     n = max(len(buffers), 1)
@@ -144,7 +158,7 @@ def _random_search(buffers: list[PlanBuffer], sizes: dict[str, int], alignment: 
         if best[0] <= lower_bound:
             break
         rng.shuffle(order)
-        offsets = _place(order, sizes, alignment)
+        offsets = _place(order, sizes, alignment, live_with)
         total = max((offsets[b.name] + sizes[b.name] for b in buffers), default=0)
         if total < best[0]:
             best = (total, "randomized_search", offsets)
@@ -162,13 +176,15 @@ def plan_memory(buffers: list[PlanBuffer], alignment: int) -> MemoryPlan:
     sizes = {b.name: _aligned(b.nbytes, alignment) for b in buffers}
     naive = sum(sizes.values())
     best: tuple[int, str, dict[str, int]] | None = None
+    live_with = _interference(buffers, sizes)
     for strategy, key in _ORDERINGS.items():
-        offsets = _place(sorted(buffers, key=key), sizes, alignment)
+        offsets = _place(sorted(buffers, key=key), sizes, alignment, live_with)
         total = max((offsets[n] + sizes[n] for n in names), default=0)
         if best is None or total < best[0]:
             best = (total, strategy, offsets)
     if best is not None:
-        best = _random_search(buffers, sizes, alignment, best, _lower_bound(list(buffers), sizes))
+        best = _random_search(buffers, sizes, alignment, best,
+                              _lower_bound(list(buffers), sizes), live_with)
     total, strategy, offsets = best if best is not None else (0, "empty", {})
     if total > naive:  # greedy can lose to the trivial layout; never return worse than it
         offsets, cursor = {}, 0

@@ -147,6 +147,52 @@ def test_only_flat_arrays_then_ints_are_exportable():
     assert not native.exportable((F32, "float64"))
 
 
+X86_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 1
+model name\t: AMD EPYC 7B13
+cpu MHz\t\t: 2450.000
+flags\t\t: fpu sse sse2 avx avx2 fma
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+cpu MHz\t\t: 2800.000
+flags\t\t: fpu sse sse2 avx avx2 fma
+"""
+
+
+def test_the_host_tag_names_the_cpu_from_its_os_description(tmp_path):
+    """The CPU's model and features come from /proc/cpuinfo (no LLVM to load in a cold
+    process); a field that changes while running (the clock) is no part of it; another
+    feature set is another tag."""
+    path = tmp_path / "cpuinfo"
+    path.write_text(X86_CPUINFO)
+    described = native._described_cpu(str(path))
+    assert described == ("vendor_id=AuthenticAMD", "cpu family=25", "model=1",
+                         "model name=AMD EPYC 7B13", "flags=fpu sse sse2 avx avx2 fma")
+    path.write_text(X86_CPUINFO.replace("2450.000", "1200.000"))
+    assert native._described_cpu(str(path)) == described
+    path.write_text(X86_CPUINFO.replace("avx2 fma\n\n", "avx2 fma avx512f\n\n"))
+    assert native._described_cpu(str(path)) != described
+
+
+def test_without_an_os_description_of_the_cpu_llvm_describes_it(tmp_path, monkeypatch):
+    import llvmlite.binding as llvm
+
+    path = tmp_path / "cpuinfo"
+    path.write_text("processor\t: 0\nmodel name\t: unknown\n")
+    assert native._described_cpu(str(path)) is None
+    assert native._described_cpu(str(tmp_path / "missing")) is None
+    monkeypatch.setattr(native, "_described_cpu", lambda: None)
+    native._host_facts.cache_clear()
+    try:
+        assert native._host_facts()[1:3] == (llvm.get_process_triple(),
+                                             llvm.get_host_cpu_name())
+    finally:
+        native._host_facts.cache_clear()
+
+
 PROGRAM = textwrap.dedent("""\
     import json, sys, torch, simaccel
     x = torch.arange(12.0).reshape(3, 4)

@@ -64,7 +64,8 @@ from simaccel.guards.dynamo.retrace import pending_retrace, request_retrace, res
 from simaccel.guards.dynamo.shapes import shape_guard_count, shape_guards_since
 from simaccel.guards.dynamo.unliftable import changed_sources, remember_unliftable, unliftable
 from simaccel.guards.dynamo.values import (
-    fake_mode_of, has_static_address, is_module_state, size_hint, unset_fake_temporarily,
+    fake_mode_of, fake_value, has_static_address, is_module_state, size_hint,
+    unset_fake_temporarily,
 )
 from simaccel.guards.dynamo.version import SUPPORTED_TORCH_VERSION, assert_supported_torch
 
@@ -72,7 +73,7 @@ __all__ = [
     "SIMACCEL_GUARD", "SIMACCEL_SHAPE_ENV", "SUPPORTED_TORCH_VERSION", "VALUE_GUARDS",
     "active_ddp_module", "aot_module_simplified", "frame_compile_seconds", "assert_supported_torch", "backward_input_origins",
     "changed_sources", "core_aten_decomposition_table",
-    "current_compile_id", "fake_mode_of", "ddp_split_index", "decompositions_for", "errors_reach_user", "eval_frame_expression", "frame_slot",
+    "current_compile_id", "fake_mode_of", "fake_value", "ddp_split_index", "decompositions_for", "errors_reach_user", "eval_frame_expression", "frame_slot",
     "first_trace_floats", "frame_value", "graph_end", "graph_inputs", "guard_symint_range", "involved_sources", "has_static_address",
     "in_resume_frame", "inspect_lifted", "install_first_trace_lifting", "install_frame_expression", "install_lambda_guard",
     "is_module_state", "megacache", "pass_scalars_unwrapped", "pending_retrace", "readable_guards", "register_torch_logs",

@@ -36,6 +36,7 @@ REQUIRED_INTERNALS: tuple[tuple[str, str], ...] = (
     ("torch._dynamo.variables.builder", "is_dynamic_source"),
     ("torch._dynamo.variables.builder", "process_automatic_dynamic"),
     ("torch._dynamo.variables.builder", "VariableBuilder.wrap_symfloat"),
+    ("torch._subclasses.fake_tensor", "FakeTensor"),
     ("torch._dynamo.config", "automatic_dynamic_shapes"),
     ("torch._dynamo.config", "specialize_float"),
     ("torch._guards", "CompileContext.current_compile_id"),
