@@ -29,6 +29,7 @@ from simaccel.input_plan import (InputFacts, backward_input_facts, bank_dtypes,
                                  forward_input_facts, frame_input_facts, plan_inputs)
 from simaccel.layer_norm import defers_layer_norm, expand_layer_norms
 from simaccel.options import Options, parse_options
+from simaccel.pre_aot import drop_inactive_dropouts
 from simaccel.report import CompileReport, add_report
 from simaccel.runtime.device import get_device
 from simaccel.runtime.program import Program
@@ -154,6 +155,7 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     user unwrapped (:mod:`simaccel.guards.dynamo.errors`)."""
     opts = parse_options(options)
     guard_report = _prepare_guards(gm, example_inputs, opts)
+    drop_inactive_dropouts(gm)  # eager returns their input: no node for AOTAutograd
     bounds = bucket_guards(gm, example_inputs, opts.shape_buckets) if opts.shape_buckets \
         else {}
     frame_facts = frame_input_facts(guard_report.device_plan, len(example_inputs))

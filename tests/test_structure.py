@@ -14,7 +14,7 @@ MAX_LINES = 500
 
 #: layer of each top-level part (lower layers never import higher ones)
 LAYERS = {"errors": 0, "cachedir": 0, "dma": 1, "runtime": 2, "codegen": 3, "guards": 3,
-          "options": 3, "report": 3, "attention": 4, "layer_norm": 4, "input_plan": 4, "compiled": 4, "backend": 4,
+          "options": 3, "report": 3, "attention": 4, "layer_norm": 4, "pre_aot": 4, "input_plan": 4, "compiled": 4, "backend": 4,
           "distributed": 4, "bench": 5, "cli": 5, "demo": 5, "examples": 5}
 #: torch modules whose internals only simaccel.guards.dynamo may use
 PRIVATE_TORCH = ("torch._dynamo", "torch._guards", "torch._functorch", "torch._logging",
