@@ -269,6 +269,26 @@ def test_config_model_compiles_alternate_off_and_auto_and_take_medians(monkeypat
         "compile/lift_auto_config_model", 5.0, 2)
 
 
+def test_cold_model_compiles_alternate_backends_round_by_round_and_take_medians(monkeypatch):
+    times = iter([1.0, 2.5, 2.0, 1.2, 1.1, 2.2])  # d, s | s, d | d, s
+    seen = []
+
+    def fake_first_call(backend, root, lift=None, workload=None):
+        seen.append((backend, root, workload))
+        s = next(times)
+        return {"first_call_s": s, "process_s": s + 3, "graphs": 1,
+                "phases_s": {"lower": s * 10}}
+    monkeypatch.setattr(scenarios, "first_call_in_new_process", fake_first_call)
+    eager, ours = scenarios.measure_cold_rounds(["dynamo_eager", "simaccel"], "/tmp/x", 3)
+    assert [s[0] for s in seen] == ["dynamo_eager", "simaccel", "simaccel", "dynamo_eager",
+                                    "dynamo_eager", "simaccel"]
+    assert len({s[1] for s in seen}) == 6 and {s[2] for s in seen} == {"gpt2"}
+    assert (eager.key, eager.samples, eager.median_s, eager.extra["runs_s"]) == (
+        "compile/cold_gpt2", 3, 1.1, [1.0, 1.2, 1.1])
+    assert (ours.backend, ours.median_s, ours.extra["min_s"]) == ("simaccel", 2.2, 2.0)
+    assert ours.extra["phases_s"] == {"lower": 22.0}  # the median run's phases
+
+
 def test_config_model_reads_twenty_settings_two_of_them_operands():
     model, (tokens,) = config_model()
     settings = vars(model.config)
@@ -310,3 +330,17 @@ def test_quick_leaves_the_slow_compiling_kernels_to_an_explicit_selection():
     assert not opt_in[("kernel/chain8[64K f32]", "eager")]
     assert not quick["kernel/chain8[64K f32]"] and not quick["kernel/gpt2[1 layer, 2x16 tokens]"]
     assert not full["kernel/sort_last[1024x4096]"] and not full["kernel/topk16[1024x4096 k16]"]
+
+
+def test_timed_child_processes_find_simaccels_bytecode_compiled():
+    """An installed wheel comes byte-compiled, as torch's modules do: the children whose
+    first call is timed must not compile simaccel's sources (PYTHONDONTWRITEBYTECODE is
+    set in some environments, this one included)."""
+    import importlib.util
+
+    import simaccel.backend
+    from simaccel.bench.coldstart import compile_package_bytecode
+
+    compile_package_bytecode()
+    for module in (simaccel.backend, scenarios):
+        assert pathlib.Path(importlib.util.cache_from_source(module.__file__)).exists()

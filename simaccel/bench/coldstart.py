@@ -10,6 +10,8 @@ choice: empty for a cold compile, the cold run's folder again for a warm one. Op
 """
 from __future__ import annotations
 
+import compileall
+import functools
 import json
 import os
 import subprocess
@@ -19,6 +21,18 @@ from typing import Any
 
 #: seconds a cold inductor compile may take on a loaded 2-core machine before we give up.
 TIMEOUT_S = 900
+
+
+@functools.cache
+def compile_package_bytecode() -> None:
+    """Byte-compile simaccel's modules beside their sources, once per process, before a
+    child process is timed: installing a wheel does this, and torch's modules come with
+    theirs. Without it, an environment with ``PYTHONDONTWRITEBYTECODE`` set (or an
+    editable install never imported yet) compiles ~40 simaccel modules from source inside
+    every child's first call (~50 ms), a cost no compile cache the run empties would
+    explain. Unwritable package folders are left as they are."""
+    compileall.compile_dir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           quiet=2)
 
 
 def cache_env(cache_root: str) -> dict[str, str]:
@@ -42,6 +56,7 @@ def first_call_in_new_process(backend: str, cache_root: str, lift: str | None = 
     simaccel only) compiles with that lift option; ``workload`` is one of
     :data:`WORKLOADS` (default: the MLP, or with ``lift`` the scaled MLP); ``options``:
     ``layers``, ``save``, ``load`` (see the module doc)."""
+    compile_package_bytecode()
     start = time.perf_counter()
     extra = [] if lift is None else ["--lift", lift]
     extra += [] if workload is None else ["--workload", workload]

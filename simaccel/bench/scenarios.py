@@ -234,6 +234,33 @@ def measure_compile(backend: str, phase: str, cache_root: str,
                    "phases_s": result.get("phases_s")})
 
 
+def measure_cold_rounds(backends: Sequence[str], cache_root: str, rounds: int,
+                        workload: str = MODEL_WORKLOAD) -> list[Record]:
+    """Cold first calls of ``workload`` (each in a new process with its own empty cache
+    folder under ``cache_root``) by each of ``backends``, ``rounds`` times, the backends'
+    order alternating by round, so a ratio of two of them compares runs made under the
+    same load (one cold GPT-2 first call moves by +-20% on a shared 2-core machine); one
+    record per backend: the median, with every run's seconds (``extra["runs_s"]``) and
+    the median run's compile phases."""
+    runs: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
+    for i in range(rounds):
+        for backend in (backends if i % 2 == 0 else list(reversed(backends))):
+            runs[backend].append(first_call_in_new_process(
+                backend, os.path.join(cache_root, f"{backend}-{i}"), workload=workload))
+    return [_cold_record(backend, workload, done) for backend, done in runs.items()]
+
+
+def _cold_record(backend: str, workload: str, runs: list[dict[str, Any]]) -> Record:
+    ordered = sorted(runs, key=lambda r: r["first_call_s"])
+    middle = ordered[(len(ordered) - 1) // 2]
+    first = [r["first_call_s"] for r in runs]
+    return Record("compile", f"cold_{workload}", backend, measure.median(first), len(runs),
+                  {"runs_s": first, "min_s": min(first), "process_s": middle["process_s"],
+                   "graphs": middle["graphs"], "compiled_s": middle.get("compiled_s"),
+                   "simaccel_cache_hits": middle.get("kernel_cache_hits"),
+                   "phases_s": middle.get("phases_s")})
+
+
 #: decoder depths whose kernel counts are compared (identical layers share kernels)
 DEPTHS = (2, 12)
 
