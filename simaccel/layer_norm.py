@@ -8,8 +8,9 @@ float32 and back for half inputs): 11 nodes. AOTAutograd spends ~0.7 ms on every
 traces (functionalization, proxies, fake tensors), ~7 ms a layer norm, ~0.1 s of a
 6-layer GPT-2's cold first call. A graph AOTAutograd traces with the layer norm kept whole
 (:func:`defers_layer_norm`) gets it expanded afterwards (:func:`expand_layer_norms`): the
-same nodes, made by running :func:`native_layer_norm` on the node's fake values and
-recording each op it dispatches (~1.3 ms a layer norm).
+same nodes, made by running :func:`native_layer_norm` on the first layer norm's fake
+values and recording each op it dispatches, then replayed for every layer norm of the
+same signature (~15 ms for GPT-2's 13, the ``decompose`` phase of a compile).
 ``tests/codegen/test_layer_norm_decomposition.py`` checks the graphs are equal.
 """
 from __future__ import annotations
