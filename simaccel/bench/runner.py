@@ -74,7 +74,8 @@ def default_backends(quick: bool) -> list[str]:
 
 #: first compiles of the config model per lift setting (quick: 1), alternating; median
 CONFIG_COMPILE_ROUNDS = 3
-#: cold first calls of the GPT-2 model per backend but inductor (quick: 1), alternating
+#: cold first calls of the GPT-2 model per backend but inductor, and per lift setting
+#: (quick: 1), alternating; median
 COLD_MODEL_ROUNDS = 3
 
 
@@ -113,8 +114,8 @@ def _compile_tasks(backends: Sequence[str], cfg: sc.BenchConfig, cache_root: str
                           opt_in=cfg.quick))
     root = os.path.join(cache_root, f"lift-{sc.MODEL_WORKLOAD}")
     tasks.append(Task("compile", f"lift_off+auto_{sc.MODEL_WORKLOAD}", "simaccel",
-                      lambda r=root: sc.measure_lift_compiles(r, sc.MODEL_WORKLOAD, 1),
-                      opt_in=True))
+                      lambda r=root, n=cold_rounds: sc.measure_lift_compiles(
+                          r, sc.MODEL_WORKLOAD, n), opt_in=True))
     root = os.path.join(cache_root, f"layers-{sc.MODEL_WORKLOAD}")
     tasks.append(Task("compile", f"layers_2+12_{sc.MODEL_WORKLOAD}", "simaccel",
                       lambda r=root: sc.measure_depth_kernels(r), opt_in=True))
