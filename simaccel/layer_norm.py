@@ -39,7 +39,7 @@ _LAYER_NORM_CALLS = (torch.nn.functional.layer_norm, torch.layer_norm, torch.nat
                      aten.layer_norm.default, aten.native_layer_norm.default)
 
 
-def is_contiguous_or_false(t: torch.Tensor) -> bool:
+def _contiguous_or_false(t: torch.Tensor) -> bool:
     """Row-major contiguous, False where a symbolic size leaves it undecided."""
     return is_contiguous_for_memory_format_or_false(t, memory_format=torch.contiguous_format)
 
@@ -51,7 +51,7 @@ def _on_common_path(x: torch.Tensor, normalized_shape: Any, weight: Any, bias: A
     if not all(is_concrete_int(s) for s in normalized_shape):
         return False
     # the reference's own test: it clones an operand this says False for
-    return all(is_contiguous_or_false(t) for t in (x, weight, bias) if t is not None)
+    return all(_contiguous_or_false(t) for t in (x, weight, bias) if t is not None)
 
 
 def _check_shapes(x: torch.Tensor, normalized_shape: Any, weight: Any, bias: Any) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -227,11 +227,21 @@ def measure_compile(backend: str, phase: str, cache_root: str,
     ``phase`` "cold": ``cache_root`` must be empty; "warm": it holds the cold run's caches.
     """
     result = first_call_in_new_process(backend, cache_root, workload=workload)
-    return Record("compile", f"{phase}_{workload}", backend, result["first_call_s"], 1,
-                  {"process_s": result["process_s"], "graphs": result["graphs"],
-                   "simaccel_cache_hits": result.get("kernel_cache_hits"),
-                   "compiled_s": result.get("compiled_s"),
-                   "phases_s": result.get("phases_s")})
+    return first_calls_record(f"{phase}_{workload}", backend, [result])
+
+
+def first_calls_record(scenario: str, backend: str, runs: list[dict[str, Any]]) -> Record:
+    """The record of one or more first calls in new processes (their JSON results): the
+    median seconds, every run's (``runs_s``) and the fastest, and the median run's
+    process time, graphs, compile phases, background-compile time, kernel cache hits and
+    lifted scalars."""
+    first = [r["first_call_s"] for r in runs]
+    middle = sorted(runs, key=lambda r: r["first_call_s"])[(len(runs) - 1) // 2]
+    return Record("compile", scenario, backend, measure.median(first), len(runs),
+                  {"runs_s": first, "min_s": min(first), "process_s": middle["process_s"],
+                   "graphs": middle["graphs"], "compiled_s": middle.get("compiled_s"),
+                   "simaccel_cache_hits": middle.get("kernel_cache_hits"),
+                   "phases_s": middle.get("phases_s"), "lifted": middle.get("lifted")})
 
 
 def measure_cold_rounds(backends: Sequence[str], cache_root: str, rounds: int,
@@ -247,18 +257,8 @@ def measure_cold_rounds(backends: Sequence[str], cache_root: str, rounds: int,
         for backend in (backends if i % 2 == 0 else list(reversed(backends))):
             runs[backend].append(first_call_in_new_process(
                 backend, os.path.join(cache_root, f"{backend}-{i}"), workload=workload))
-    return [_cold_record(backend, workload, done) for backend, done in runs.items()]
-
-
-def _cold_record(backend: str, workload: str, runs: list[dict[str, Any]]) -> Record:
-    ordered = sorted(runs, key=lambda r: r["first_call_s"])
-    middle = ordered[(len(ordered) - 1) // 2]
-    first = [r["first_call_s"] for r in runs]
-    return Record("compile", f"cold_{workload}", backend, measure.median(first), len(runs),
-                  {"runs_s": first, "min_s": min(first), "process_s": middle["process_s"],
-                   "graphs": middle["graphs"], "compiled_s": middle.get("compiled_s"),
-                   "simaccel_cache_hits": middle.get("kernel_cache_hits"),
-                   "phases_s": middle.get("phases_s")})
+    return [first_calls_record(f"cold_{workload}", backend, done)
+            for backend, done in runs.items()]
 
 
 #: decoder depths whose kernel counts are compared (identical layers share kernels)
@@ -311,15 +311,8 @@ def measure_lift_compiles(cache_root: str, workload: str = LIFT_WORKLOAD,
             done.append(first_call_in_new_process(
                 "simaccel", os.path.join(cache_root, f"{lift}-{i}"), lift=lift,
                 workload=workload))
-    return [_lift_record(lift, workload, done) for lift, done in runs.items()]
-
-
-def _lift_record(lift: str, workload: str, runs: list[dict[str, Any]]) -> Record:
-    first = [r["first_call_s"] for r in runs]
-    return Record("compile", f"lift_{lift}_{workload}", "simaccel", measure.median(first),
-                  len(runs), {"min_s": min(first),
-                              "process_s": measure.median([r["process_s"] for r in runs]),
-                              "graphs": runs[-1]["graphs"], "lifted": runs[-1].get("lifted")})
+    return [first_calls_record(f"lift_{lift}_{workload}", "simaccel", done)
+            for lift, done in runs.items()]
 
 
 # ---------------------------------------------------------------------- kernel throughput
