@@ -184,12 +184,22 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
         inference.append((compiled, direct_call(gm, graph, len(example_inputs), autocast)))
         return compiled
 
+    table = decompositions(defers_layer_norm(gm, example_inputs))
+
+    def traced_once_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
+        facts = forward_input_facts(frame_facts, gm, graph)
+        return _noted(compile_graph(graph, inputs, opts, "forward", facts, guard_report,
+                                    bounds, frozenset()), ddp)
+
+    once = dynamo.compile_inference_once(gm, example_inputs, table, traced_once_compiler,
+                                         autocast)
+    if not isinstance(once, str):
+        return _call_path(gm, None, [(once, dynamo.DirectCall())], TRACED_ONCE)
     forward = aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler,
                                     bw_compiler=bw_compiler,
                                     inference_compiler=inference_compiler,
-                                    decompositions=decompositions(
-                                        defers_layer_norm(gm, example_inputs)))
-    return _call_path(gm, forward, inference)
+                                    decompositions=table)
+    return _call_path(gm, forward, inference, f"AOTAutograd ({once})")
 
 
 def ddp_note() -> str:
@@ -209,16 +219,23 @@ def _noted(compiled: Any, ddp: str) -> Any:
     return compiled
 
 
-def _call_path(gm: torch.fx.GraphModule, forward: Callable[..., Any],
-               inference: list[tuple[CompiledGraph, dynamo.DirectCall | str]]
-               ) -> Callable[..., Any]:
+#: how an inference graph that AOTAutograd would trace twice for nothing reached ATen
+TRACED_ONCE = "traced once (no AOTAutograd metadata pass or functionalization needed)"
+
+
+def _call_path(gm: torch.fx.GraphModule, forward: Callable[..., Any] | None,
+               inference: list[tuple[CompiledGraph, dynamo.DirectCall | str]],
+               capture: str) -> Callable[..., Any]:
     """What Dynamo calls: an inference graph that needs none of AOTAutograd's runtime
     wrapper is called directly (~8-15 us a call less), and its lifted floats come as
     Python numbers rather than 0-d tensors (~3 us each); anything else through the
-    wrapper. The choice is recorded in the graph's compile report."""
+    wrapper (``forward``). The choice, and how the graph reached ATen (``capture``), are
+    recorded in the graph's compile report."""
     if len(inference) != 1:  # a training graph: AOTAutograd's autograd.Function runs it
         return forward
     compiled, direct = inference[0]
+    if compiled.report is not None:
+        compiled.report.capture = capture
     if isinstance(direct, str):
         path, called = f"AOTAutograd runtime wrapper ({direct})", forward
     else:

@@ -25,6 +25,9 @@ class CompileReport:
     #: how Dynamo calls a forward graph: directly, or through AOTAutograd's runtime wrapper
     #: and why ("" for backward graphs and graphs compiled for training)
     call_path: str = ""
+    #: how a forward graph reached ATen: traced once by simaccel, or by AOTAutograd and why
+    #: (:func:`simaccel.guards.dynamo.compile_inference_once`); "" for training graphs
+    capture: str = ""
     #: (argument index, buffer, bytes) of each input a kernel reads in place from host
     #: memory instead of a copy in device memory (``DeviceConfig.host_map_min_bytes``)
     host_mapped: list[tuple[int, str, int]] = field(default_factory=list)
@@ -74,6 +77,8 @@ class CompileReport:
             lines.append("  host fallbacks: none")
         if self.call_path:
             lines.append(f"  call path: {self.call_path}")
+        if self.capture:
+            lines.append(f"  ATen capture: {self.capture}")
         if self.memory_plan:
             mp = self.memory_plan
             lines.append(f"  memory plan: planned peak {mp.get('planned_bytes', 0)} bytes, "

@@ -27,6 +27,8 @@ Modules, by concern:
 * :mod:`.values`: module-state tensors, size hints, leaving fake-tensor mode.
 * :mod:`.aot`: AOTAutograd: its entry point, decomposition tables, whether its runtime
   wrapper is needed, what a backward graph's inputs are in the forward graph.
+* :mod:`.single_trace`: an inference graph AOTAutograd would trace twice for nothing is
+  traced to ATen once.
 * :mod:`.rawargs`: lifted scalars reach a directly called graph as Python numbers.
 * :mod:`.megacache`: simaccel's artifact type in torch's Mega-Cache.
 * :mod:`.ddp`: the DDP module whose forward is compiling, the DDPOptimizer split index.
@@ -61,6 +63,7 @@ from simaccel.guards.dynamo.lifted import inspect_lifted, scalar_inputs
 from simaccel.guards.dynamo.logs import register_torch_logs
 from simaccel.guards.dynamo.rawargs import pass_scalars_unwrapped
 from simaccel.guards.dynamo.retrace import pending_retrace, request_retrace, restart_trace
+from simaccel.guards.dynamo.single_trace import compile_inference_once
 from simaccel.guards.dynamo.shapes import shape_guard_count, shape_guards_since
 from simaccel.guards.dynamo.unliftable import changed_sources, remember_unliftable, unliftable
 from simaccel.guards.dynamo.values import (
@@ -71,7 +74,7 @@ from simaccel.guards.dynamo.version import SUPPORTED_TORCH_VERSION, assert_suppo
 
 __all__ = [
     "SIMACCEL_GUARD", "SIMACCEL_SHAPE_ENV", "SUPPORTED_TORCH_VERSION", "VALUE_GUARDS",
-    "active_ddp_module", "aot_module_simplified", "frame_compile_seconds", "assert_supported_torch", "backward_input_origins",
+    "active_ddp_module", "aot_module_simplified", "compile_inference_once", "frame_compile_seconds", "assert_supported_torch", "backward_input_origins",
     "changed_sources", "core_aten_decomposition_table",
     "current_compile_id", "fake_mode_of", "fake_value", "ddp_split_index", "decompositions_for", "errors_reach_user", "eval_frame_expression", "frame_slot",
     "first_trace_floats", "frame_value", "graph_end", "graph_inputs", "guard_symint_range", "involved_sources", "has_static_address",

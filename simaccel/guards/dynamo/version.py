@@ -81,6 +81,11 @@ REQUIRED_INTERNALS: tuple[tuple[str, str], ...] = (
     ("torch._dynamo.utils", "compilation_time_metrics"),
     ("torch.compiler._cache", "CacheArtifactFactory._artifact_types"),
     ("torch.compiler._cache", "CacheArtifactManager.record_artifact"),
+    # single_trace.py
+    ("torch._dynamo.utils", "dynamo_timed"),
+    ("torch._dynamo.utils", "preserve_rng_state"),
+    ("torch.fx.experimental.proxy_tensor", "enable_python_dispatcher"),
+    ("torch.multiprocessing.reductions", "StorageWeakRef"),
 )
 
 #: the fields of AOTAutograd's graph metadata :func:`.aot.direct_call` reads
