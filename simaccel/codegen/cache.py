@@ -5,7 +5,9 @@ directory and compiled by ``numba.njit(cache=True)``, which stores its machine c
 in ``__pycache__`` beside it. Self-contained kernels are also exported as a native
 object ``sk_<sha256>.<host tag>.native`` (:mod:`simaccel.codegen.native`): a second
 process that generates the same source loads that object without importing numba at
-all, else it imports the same module and numba loads the compiled code from disk.
+all, else it imports the same module and numba loads the compiled code from disk. The
+compiling process runs the exported object too, so every process launches the same
+native kernels (and their launch groups as command lists).
 
 Signatures are tuples of numba type names (``"array(float32, 1d, C)"``, ``"int64"``) so
 that a warm process needs no numba to look a kernel up; numba types are accepted too.
@@ -172,8 +174,26 @@ class KernelCache:
                 raise KernelCompileError(
                     f"numba could not compile kernel {path}: {exc}") from exc
         if origin == "compiled" and hasattr(fn, "overloads"):
-            self._save_native(path, tuple(str(t) for t in signature), fn, numba_sig)
+            key = tuple(str(t) for t in signature)
+            blob = self._save_native(path, key, fn, numba_sig)
+            # run the native object a later process loads (~1 ms to load), not numba's
+            # dispatcher: the same machine code, and a launch group of native kernels
+            # becomes one command list (numba's dispatch costs ~1 us a launch)
+            fn = self._load_exported(blob, key, path) or fn
         return fn, origin
+
+    @staticmethod
+    def _load_exported(blob: bytes | None, key: tuple[str, ...], path: Path
+                       ) -> Callable[..., Any] | None:
+        """The native kernel of a just exported object, or None (not exported, or LLVM
+        refused it: numba's dispatcher runs it then)."""
+        if blob is None:
+            return None
+        try:
+            return native.load_object(blob, key)
+        except Exception as exc:  # noqa: BLE001 - the dispatcher is the same kernel
+            log.debug("kernel %s: its native object did not load: %s", path.name, exc)
+            return None
 
     # ------------------------------------------------------------------ native objects
 
@@ -201,22 +221,23 @@ class KernelCache:
         return fn
 
     def _save_native(self, path: Path, key: tuple[str, ...], dispatcher: Any,
-                     numba_sig: tuple) -> None:
+                     numba_sig: tuple) -> bytes | None:
         """Export a freshly compiled kernel as a native object (best effort: a kernel that
-        cannot be exported simply stays numba-only)."""
+        cannot be exported simply stays numba-only); returns the object, or None."""
         native_path = self._native_path(path, key)
         if native_path is None:
-            return
+            return None
         try:
             result = dispatcher.overloads[numba_sig]
             blob = native.export_object(result.library.get_llvm_str(),
                                         result.fndesc.mangled_name, key)
         except Exception as exc:  # an export problem must never fail the compile
             log.debug("kernel %s not exported as a native object: %s", path.name, exc)
-            return
+            return None
         if blob is not None:
             write_atomic(native_path, blob)
             megacache.record("kernel", native_path.name, blob)
+        return blob
 
     def _write_verified(self, path: Path, source: str, digest: str, force: bool = False) -> None:
         if not force and path.exists():

@@ -56,6 +56,15 @@ def test_compiled_kernel_is_exported_and_loads_natively(tmp_path):
     np.testing.assert_allclose(out, _expected(a), rtol=1e-6)
 
 
+def test_the_compiling_process_runs_the_exported_native_kernel(tmp_path):
+    """The process that compiled a kernel runs the object it exported (as a later process
+    would), not numba's dispatcher: launch groups of such kernels become command lists."""
+    compiled = KernelCache(tmp_path).load(SOURCE, SIG)
+    assert compiled.origin == "compiled" and isinstance(compiled.fn, native.NativeKernel)
+    out, a = _run(compiled.fn)
+    np.testing.assert_allclose(out, _expected(a), rtol=1e-6)
+
+
 def test_native_kernel_rebinds_new_arrays_and_checks_them(tmp_path):
     KernelCache(tmp_path).load(SOURCE, SIG)
     fn = KernelCache(tmp_path).load(SOURCE, SIG).fn
