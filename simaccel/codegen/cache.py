@@ -173,14 +173,41 @@ class KernelCache:
             except Exception as exc:
                 raise KernelCompileError(
                     f"numba could not compile kernel {path}: {exc}") from exc
+        key = tuple(str(t) for t in signature)
         if origin == "compiled" and hasattr(fn, "overloads"):
-            key = tuple(str(t) for t in signature)
             blob = self._save_native(path, key, fn, numba_sig)
             # run the native object a later process loads (~1 ms to load), not numba's
             # dispatcher: the same machine code, and a launch group of native kernels
             # becomes one command list (numba's dispatch costs ~1 us a launch)
             fn = self._load_exported(blob, key, path) or fn
+        elif origin == "disk" and self._exported_for_another_host(path, key):
+            exported = self._export_again(path, key, fn, numba_sig)
+            if exported is not None:
+                fn, origin = exported, "compiled"
         return fn, origin
+
+    def _exported_for_another_host(self, path: Path, key: tuple[str, ...]) -> bool:
+        """Whether numba's cache served a kernel that was exported before, but under
+        another host tag than this process's (an older simaccel's tag, or another CPU
+        sharing the cache): it has no native object here yet."""
+        own = self._native_path(path, key)
+        return own is not None and not own.exists() and any(path.parent.glob(
+            f"{path.stem}.*.native"))
+
+    def _export_again(self, path: Path, key: tuple[str, ...], dispatcher: Any,
+                      numba_sig: tuple) -> Callable[..., Any] | None:
+        """Compile the kernel once more, without numba's cache (whose code has no LLVM
+        module to export), to export and run it as a native object for this host; None
+        if that fails (numba's cached kernel runs then)."""
+        import numba
+        try:
+            fresh = numba.njit(**dispatcher.targetoptions)(dispatcher.py_func)
+            fresh.compile(numba_sig)
+        except Exception as exc:  # noqa: BLE001 - numba's cached kernel is the same
+            log.debug("kernel %s not compiled again for export: %s", path.name, exc)
+            return None
+        log.info("simaccel: kernel %s exported again for this host", path.name)
+        return self._load_exported(self._save_native(path, key, fresh, numba_sig), key, path)
 
     @staticmethod
     def _load_exported(blob: bytes | None, key: tuple[str, ...], path: Path

@@ -65,6 +65,23 @@ def test_the_compiling_process_runs_the_exported_native_kernel(tmp_path):
     np.testing.assert_allclose(out, _expected(a), rtol=1e-6)
 
 
+def test_a_kernel_exported_under_another_host_tag_is_exported_again(tmp_path):
+    """numba's cache still has the kernel, but its native object carries another host
+    tag (an older simaccel's): it is compiled once more and exported for this host,
+    instead of importing numba in every later process."""
+    KernelCache(tmp_path).load(SOURCE, SIG)
+    (exported,) = _native_files(tmp_path)
+    tag = exported.suffixes[-2]
+    exported.rename(exported.with_name(exported.name.replace(tag, ".0123456789abcdef")))
+    again = KernelCache(tmp_path).load(SOURCE, SIG)
+    assert again.origin == "compiled" and isinstance(again.fn, native.NativeKernel)
+    assert exported.exists()
+    out, a = _run(again.fn)
+    np.testing.assert_allclose(out, _expected(a), rtol=1e-6)
+    third = KernelCache(tmp_path).load(SOURCE, SIG)  # the next process: no compile
+    assert third.origin == "disk" and isinstance(third.fn, native.NativeKernel)
+
+
 def test_native_kernel_rebinds_new_arrays_and_checks_them(tmp_path):
     KernelCache(tmp_path).load(SOURCE, SIG)
     fn = KernelCache(tmp_path).load(SOURCE, SIG).fn
