@@ -242,7 +242,7 @@ def test_bf16_kernel_records_compare_with_eager_in_bf16():
 def test_new_scenarios_are_in_the_task_list():
     cfg = BenchConfig.make(quick=True)
     keys = {t.key for t in build_tasks(["eager", "simaccel"], cfg, "/nonexistent")}
-    assert {"optim/adamw_step[4x16x16]", "optim/sgd_momentum_step[4x16x16]",
+    assert {"optim/adamw_step[10x64x64]", "optim/sgd_momentum_step[10x64x64]",
             "compile/lift_off+auto_config_model", "compile/lift_off+auto_scaled_mlp",
             "kernel/layernorm_gelu_bf16[32x128 bf16]", "kernel/mlp_bf16[64-256-64 b8 bf16]",
             "kernel/sort_last[16x256]", "kernel/topk16[16x256 k16]",
