@@ -164,11 +164,15 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
 
     ddp = ddp_note()
 
-    def fw_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
+    def compile_forward(graph: torch.fx.GraphModule, inputs: list[Any],
+                        version_bumped: frozenset[int] | None) -> CompiledGraph:
         facts = forward_input_facts(frame_facts, gm, graph)
         forward_seen.append((graph, facts))
         return _noted(compile_graph(graph, inputs, opts, "forward", facts, guard_report,
-                                    bounds, dynamo.version_bumped_inputs(graph)), ddp)
+                                    bounds, version_bumped), ddp)
+
+    def fw_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
+        return compile_forward(graph, inputs, dynamo.version_bumped_inputs(graph))
 
     def bw_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
         forward, fw_facts = forward_seen[-1]
@@ -185,14 +189,10 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
         return compiled
 
     table = decompositions(defers_layer_norm(gm, example_inputs))
-
-    def traced_once_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
-        facts = forward_input_facts(frame_facts, gm, graph)
-        return _noted(compile_graph(graph, inputs, opts, "forward", facts, guard_report,
-                                    bounds, frozenset()), ddp)
-
-    once = dynamo.compile_inference_once(gm, example_inputs, table, traced_once_compiler,
-                                         autocast)
+    # a graph traced once mutates no input: no version to bump
+    once = dynamo.compile_inference_once(
+        gm, example_inputs, table,
+        functools.partial(compile_forward, version_bumped=frozenset()), autocast)
     if not isinstance(once, str):
         return _call_path(gm, None, [(once, dynamo.DirectCall())], TRACED_ONCE)
     forward = aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler,

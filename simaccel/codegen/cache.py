@@ -104,7 +104,7 @@ class KernelCache:
                 fn = self._load_native(path, key)
                 origin = "disk"
                 if fn is None:
-                    fn, origin = self._load_with_numba(path, source, digest, signature)
+                    fn, origin = self._load_with_numba(path, source, digest, signature, key)
                     numba_files.record(path)  # no native object: numba's files carry it
             self._loaded[(digest, key)] = fn
             # for torch's Mega-Cache (save_cache_artifacts); the native object is recorded
@@ -158,8 +158,8 @@ class KernelCache:
         if mtime_ns is not None:  # numba's index (populated first) expects this time
             os.utime(self.root / name, ns=(mtime_ns, mtime_ns))
 
-    def _load_with_numba(self, path: Path, source: str, digest: str,
-                         signature: tuple) -> tuple[Callable[..., Any], str]:
+    def _load_with_numba(self, path: Path, source: str, digest: str, signature: tuple,
+                         key: tuple[str, ...]) -> tuple[Callable[..., Any], str]:
         numba_sig = numba_signature(signature)
         try:
             fn, origin = self._import_and_compile(path, digest, numba_sig)
@@ -173,7 +173,6 @@ class KernelCache:
             except Exception as exc:
                 raise KernelCompileError(
                     f"numba could not compile kernel {path}: {exc}") from exc
-        key = tuple(str(t) for t in signature)
         if origin == "compiled" and hasattr(fn, "overloads"):
             blob = self._save_native(path, key, fn, numba_sig)
             # run the native object a later process loads (~1 ms to load), not numba's

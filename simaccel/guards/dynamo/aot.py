@@ -17,7 +17,7 @@ from torch._functorch import aot_autograd
 from simaccel.guards.dynamo.tensorify import symbolic_scalar_arguments
 
 __all__ = ["aot_module_simplified", "core_aten_decomposition_table", "decompositions_for",
-           "DirectCall", "direct_call"]
+           "DirectCall", "direct_call", "frame_call_reason", "module_held"]
 
 
 def aot_module_simplified(gm: torch.fx.GraphModule, example_inputs: list[Any],
@@ -95,30 +95,40 @@ def direct_call(frame_gm: torch.fx.GraphModule, graph: torch.fx.GraphModule,
     mutations kept in the graph need only their version bump. The metadata
     (``ViewAndMutationMeta``) is AOTAutograd's private state.
     """
-    from torch._dynamo.utils import GmWrapper
     from torch._guards import TracingContext
     meta = getattr(TracingContext.try_get(), "fw_metadata", None)
     placeholders = sum(1 for n in graph.graph.nodes if n.op == "placeholder")
-    held = _module_held(frame_gm)
-    checks = (
-        (meta is None, "AOTAutograd gave no graph metadata"),
-        (isinstance(frame_gm, GmWrapper), "Dynamo passes this frame's inputs boxed"),
-        (placeholders != len(held) + frame_inputs,
-         "the graph's inputs are not the frame's (deduplicated or merged inputs)"),
-        (autocast, "autocast is enabled"),
-        (getattr(TracingContext.try_get(), "fakify_first_call", False),
-         "DDPOptimizer takes fake outputs from the first call"),
-    )
-    for failed, reason in checks:
-        if failed:
-            return reason
+    held = module_held(frame_gm)
+    if meta is None:
+        return "AOTAutograd gave no graph metadata"
+    reason = frame_call_reason(frame_gm, autocast)
+    if reason is None and placeholders != len(held) + frame_inputs:
+        reason = "the graph's inputs are not the frame's (deduplicated or merged inputs)"
+    if reason is not None:
+        return reason
     reason = _metadata_reason(meta)
     if reason is not None:
         return reason
     return DirectCall(held, tuple(meta.mutated_graph_handled_indices_seen_by_autograd))
 
 
-def _module_held(frame_gm: torch.fx.GraphModule) -> tuple[torch.Tensor, ...]:
+def frame_call_reason(frame_gm: torch.fx.GraphModule, autocast: bool) -> str | None:
+    """Why Dynamo cannot call this frame's compiled graph directly, whatever the graph
+    computes: its inputs come boxed, autocast was on when Dynamo called the backend (the
+    graph has its casts baked in), or DDPOptimizer takes fake outputs from the first
+    call. None if nothing here stands in the way."""
+    from torch._dynamo.utils import GmWrapper
+    from torch._guards import TracingContext
+    if isinstance(frame_gm, GmWrapper):
+        return "Dynamo passes this frame's inputs boxed"
+    if autocast:
+        return "autocast is enabled"
+    if getattr(TracingContext.try_get(), "fakify_first_call", False):
+        return "DDPOptimizer takes fake outputs from the first call"
+    return None
+
+
+def module_held(frame_gm: torch.fx.GraphModule) -> tuple[torch.Tensor, ...]:
     """The tensors AOTAutograd's ``aot_module_simplified`` passes before the frame's
     arguments, in its order (parameters, then buffers, duplicates kept)."""
     params = dict(frame_gm.named_parameters(remove_duplicate=False))

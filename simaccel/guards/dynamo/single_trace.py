@@ -32,6 +32,8 @@ import torch
 import torch.fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from simaccel.guards.dynamo.aot import frame_call_reason, module_held
+
 __all__ = ["compile_inference_once", "why_not_traced_once"]
 
 log = logging.getLogger("simaccel")
@@ -86,27 +88,25 @@ def why_not_traced_once(frame_gm: torch.fx.GraphModule, example_inputs: list[Any
                         autocast: bool) -> str | None:
     """Why the frame graph cannot be traced once (a reason read off the Dynamo graph and
     its inputs before any tracing), or None."""
-    from torch._dynamo.utils import GmWrapper
     context = _tracing_context()
+    if context is None or context.fake_mode is None:
+        return "Dynamo gave no fake mode"
+    reason = frame_call_reason(frame_gm, autocast)
+    if reason is not None:
+        return reason
     # in order, each check relying on the ones before it (lazily evaluated)
     checks: tuple[tuple[Callable[[], bool], str], ...] = (
-        (lambda: context is None or context.fake_mode is None, "Dynamo gave no fake mode"),
-        (lambda: isinstance(frame_gm, GmWrapper), "Dynamo passes this frame's inputs boxed"),
-        (lambda: getattr(context, "fakify_first_call", False)
-         or getattr(context, "ddp_optimizer_ctx", None) is not None,
-         "a DDPOptimizer split (it may take fake outputs from the first call)"),
-        (lambda: autocast, "autocast is enabled"),
+        (lambda: getattr(context, "ddp_optimizer_ctx", None) is not None,
+         "a DDPOptimizer split"),
         (lambda: any(type(x) not in (torch.Tensor, torch.nn.Parameter) for x in example_inputs),
          "an input is not a plain tensor (a size, a scalar or a tensor subclass)"),
         (lambda: torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs),
          "the graph is traced for training"),
-        (lambda: any(True for _ in frame_gm.parameters())
-         or any(True for _ in frame_gm.buffers()),
-         "the frame module holds parameters or buffers"),
+        (lambda: bool(module_held(frame_gm)), "the frame module holds parameters or buffers"),
     )
-    for failed, reason in checks:
+    for failed, text in checks:
         if failed():
-            return reason
+            return text
     return _dynamo_graph_reason(frame_gm)
 
 
