@@ -211,9 +211,12 @@ class HostArrays:
                                      keys)
         for i in self._bank:
             a = args[i]
-            if type(a) is torch.Tensor and a.dim() == 0 and a.dtype in BANK_TORCH_DTYPES:
+            kind = type(a)
+            if kind is float or kind is int or kind is bool:
+                continue  # a lifted scalar Dynamo passed as a Python number
+            if kind is torch.Tensor and a.dim() == 0 and a.dtype in BANK_TORCH_DTYPES:
                 host[i] = a.item()
-            elif not _is_number(a):
+            else:
                 host[i], ptrs[i] = _general_host_array(a)
         return host, ptrs
 

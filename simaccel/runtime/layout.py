@@ -112,18 +112,26 @@ class Layouts:
             if spec.plan_sizes:
                 self._bucket_plan = first.plan
         self.first = first
+        #: the layout :meth:`at` returned last (a call at the same sizes gets it at once)
+        self._last = first
 
     def at(self, sizes: tuple[int, ...]) -> SizedLayout:
         """The layout for this call's sizes (the symbols' values, in ``spec.symbols``
         order)."""
+        last = self._last
+        if last.sizes == sizes:  # the common call: the sizes of the one before
+            return last
         key = self._evaluate.key(sizes)
         layout = self._cache.get(key)
         if layout is None:
             numbers = self._numbers(sizes)
-            return self._layout(sizes, numbers, self._plan_for(self._nbytes(numbers[0])), key)
-        self._cache.move_to_end(key)
-        if layout.sizes != sizes:  # a new value of a symbol only kernels read
-            layout = self._cache[key] = replace(layout, sizes=sizes)
+            layout = self._layout(sizes, numbers, self._plan_for(self._nbytes(numbers[0])),
+                                  key)
+        else:
+            self._cache.move_to_end(key)
+            if layout.sizes != sizes:  # a new value of a symbol only kernels read
+                layout = self._cache[key] = replace(layout, sizes=sizes)
+        self._last = layout
         return layout
 
     def _plan_for(self, nbytes: dict[str, int]):

@@ -35,6 +35,7 @@ from simaccel.runtime.memory import Block
 from simaccel.runtime.layout import MAX_LAYOUTS, Layouts, SizedLayout, output_view
 from simaccel.runtime.replay import record as record_replay
 from simaccel.runtime.resident import BoundWorkspace, ResidentState
+from simaccel.runtime.sizes import size_reader
 from simaccel.runtime.spec import (BufferDecl, HostStep, InputPlan, LaunchStep, OutputDecl,
                                    Placement, ProgramSpec, Step)
 from simaccel.runtime.staging import (align_up, check_program_alignment, is_aligned,
@@ -65,6 +66,8 @@ class Program:
         self.plan = self._layouts.first.plan
         device.count("memory_plans")
         self._symbols = spec.symbols
+        #: a call's sizes from its arguments (:func:`~simaccel.runtime.sizes.size_reader`)
+        self._read_sizes = size_reader(spec.symbols)
         self._symbol_names = [src.symbol for src in spec.symbols]
         #: general calls on a binding before the next one records its replay: with size
         #: symbols, one (a decode step whose KV cache grows binds a new size tuple every
@@ -135,7 +138,7 @@ class Program:
         """The layout of a call on ``args``: its sizes read from the arguments symbols name."""
         if not self._symbols:
             return self._layouts.first
-        return self._layouts.at(tuple(src.read(args) for src in self._symbols))
+        return self._layouts.at(self._read_sizes(args))
 
     def plan_at(self, sizes: tuple[int, ...]):
         """The memory plan a call at these sizes (the symbols' values) uses."""
