@@ -52,3 +52,19 @@ def test_invalidated_bank_is_resent() -> None:
     b.pack([None, 0.5, 3])
     b.valid = False  # the device copy was lost (reconfigure)
     assert b.pack([None, 0.5, 3]) is True
+
+
+def test_size_symbols_share_the_change_detection() -> None:
+    """A new size alone is sent; the same values and sizes are not, however the values
+    came (Python numbers, then a 0-d array holding the same number, then that array
+    changed in place)."""
+    b = ConstantBank([(1, "a", np.dtype("float64"))], sizes=1)
+    assert b.pack([None, 0.5], (4,)) is True
+    assert b.pack([None, 0.5], (4,)) is False
+    assert b.pack([None, 0.5], (5,)) is True
+    assert struct.unpack_from("<q", b.host, b.sizes_offset) == (5,)
+    value = np.array(0.5)
+    assert b.pack([None, value], (5,)) is False  # the same bytes
+    value[()] = 1.25
+    assert b.pack([None, value], (5,)) is True and struct.unpack_from("<d", b.host, 0) == (1.25,)
+    assert b.pack([None, 1.25], (5,)) is False
