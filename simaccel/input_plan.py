@@ -129,9 +129,10 @@ def plan_inputs(lowered: LoweredGraph, facts: Sequence[InputFacts], example_inpu
     # a graph output computed in place is the input's buffer (the kernel stores there)
     outputs = [lowered.aliases.get(o.layout.buffer, o.layout.buffer) for o in lowered.outputs
                if hasattr(o, "layout")]
-    mapped = place_mapped_inputs(plans, lowered.steps, outputs, nbytes, host_map_min_bytes)
-    return place_mapped_updates(mapped, lowered.steps, outputs, in_place,
-                                host_map_min_bytes > 0)
+    # updates first: a small input read by a kernel updating a mapped input is mapped too
+    updated = place_mapped_updates(plans, lowered.steps, outputs, in_place,
+                                   host_map_min_bytes > 0)
+    return place_mapped_inputs(updated, lowered.steps, outputs, nbytes, host_map_min_bytes)
 
 
 def _c_contiguous(value: Any) -> bool:

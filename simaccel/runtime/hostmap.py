@@ -31,17 +31,24 @@ def place_mapped_inputs(inputs: Sequence[InputPlan], steps: Sequence[Any],
     ``on_device`` (kernel IR or runtime steps); ``output_buffers``: buffers read back after
     the call; ``nbytes``: buffer sizes (bytes); ``min_bytes``:
     ``DeviceConfig.host_map_min_bytes`` (0 maps nothing). A copied input qualifies when it
-    is at least ``min_bytes`` large, C-contiguous on the host, pinned aligned (a direct
-    DMA), read by exactly one kernel and by no host step, written by no step and not itself
-    a graph output (its device copy would be read back after the call)."""
+    is C-contiguous on the host, pinned aligned (a direct DMA), read by exactly one kernel
+    and by no host step, written by no step and not itself a graph output (its device
+    copy would be read back after the call), and either at least ``min_bytes`` large or
+    read by a kernel that updates a mapped input (``inputs`` placed
+    :attr:`~Placement.MAPPED_UPDATE`, :func:`place_mapped_updates` first): that kernel
+    runs across the bus anyway, so a small input it reads there too saves its copy (an
+    optimizer step's gradient beside the parameter and state it updates)."""
     if min_bytes <= 0:
         return tuple(inputs)
     readers, untouchable = _kernel_readers(steps)
     untouchable |= set(output_buffers)
+    over_bus = _reads_of_bus_kernels(steps, {p.buffer for p in inputs
+                                             if p.placement is Placement.MAPPED_UPDATE})
 
     def qualifies(plan: InputPlan) -> bool:
         return (plan.placement is Placement.COPIED and plan.aligned is True
-                and plan.contiguous and nbytes[plan.buffer] >= min_bytes
+                and plan.contiguous
+                and (nbytes[plan.buffer] >= min_bytes or plan.buffer in over_bus)
                 and readers.get(plan.buffer) == 1 and plan.buffer not in untouchable)
 
     return tuple(dataclasses.replace(p, placement=Placement.MAPPED) if qualifies(p) else p
@@ -155,6 +162,15 @@ def c_order(shape: Sequence[int], strides: Sequence[int]) -> bool:
             return False
         expected *= n
     return True
+
+
+def _reads_of_bus_kernels(steps: Sequence[Any], updated: set[str]) -> set[str]:
+    """Buffers read by a kernel that also updates one of ``updated`` (mapped updates)."""
+    found: set[str] = set()
+    for step in steps:
+        if step.on_device and updated.intersection(step.writes):
+            found.update(step.reads)
+    return found
 
 
 def _kernel_readers(steps: Sequence[Any]) -> tuple[dict[str, int], set[str]]:
