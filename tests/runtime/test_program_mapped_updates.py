@@ -12,10 +12,11 @@ import simaccel.runtime.program as program_module
 from simaccel.errors import SimAccelError
 from simaccel.runtime.config import DeviceConfig
 from simaccel.runtime.device import Device
-from simaccel.runtime.hostmap import place_mapped_updates
+from simaccel.runtime.hostmap import place_mapped_inputs, place_mapped_updates
 from simaccel.runtime.program import Program
 from simaccel.runtime.spec import (BufferDecl, HostStep, InputPlan, LaunchStep, OutputDecl,
                                    Placement, ProgramSpec)
+from tests.runtime.test_program_host_mapped import aligned_array
 
 N = 256  # float32 elements: 1024 bytes
 
@@ -151,3 +152,53 @@ def test_the_same_host_array_binds_and_checks_once(monkeypatch):
     call(program, other, g)
     np.testing.assert_array_equal(other, g)
     assert (binds, checks) == ([double_in_place] * 2, ["input", "input"])
+
+
+def _placed(steps: list, aligned: bool | None = True) -> dict[str, Placement]:
+    """Placements of ``x`` (updated in place) and the small copied ``g`` after both
+    host-mapping decisions, updates first (as the backend takes them)."""
+    inputs = (InputPlan(0, "x", Placement.RESIDENT, "float32", None, True),
+              InputPlan(1, "g", Placement.COPIED, "float32", aligned, True))
+    updated = place_mapped_updates(inputs, steps, (), ("x",), True)
+    mapped = place_mapped_inputs(updated, steps, (), {"x": 4 * N, "g": 4 * N}, 1 << 20)
+    return {p.buffer: p.placement for p in mapped}
+
+
+def test_a_small_input_beside_a_mapped_update_is_read_in_host_memory():
+    """``g`` (1 KiB, far under the 1 MiB threshold) is read by the kernel that updates
+    ``x`` in host memory: it is read there too. Read by a kernel that updates nothing in
+    host memory, or not pinned aligned, it is copied as before."""
+    assert _placed([updating_x()]) == {"x": Placement.MAPPED_UPDATE, "g": Placement.MAPPED}
+    assert _placed([updating_x()], aligned=None)["g"] is Placement.COPIED
+    reading_g = LaunchStep("scale", double_in_place, ("y", "g"), (), N, 12 * N,
+                           frozenset({"y", "g"}), frozenset({"y"}))
+    assert _placed([reading_g])["g"] is Placement.COPIED
+
+
+def test_a_gradient_read_in_host_memory_is_read_as_it_is_each_call():
+    """The program over the mapped ``x`` and ``g``: a new ``g`` array each call, and one
+    changed in place, are what the kernel reads; nothing is copied in."""
+    steps = [updating_x()]
+    buffers = {name: BufferDecl(name, "float32", N, "input") for name in ("x", "g")}
+    inputs = (InputPlan(0, "x", Placement.RESIDENT, "float32", None, True),
+              InputPlan(1, "g", Placement.COPIED, "float32", True, True))
+    inputs = place_mapped_inputs(place_mapped_updates(inputs, steps, (), ("x",), True),
+                                 steps, (), {"x": 4 * N, "g": 4 * N}, 1 << 20)
+    spec = ProgramSpec("graph", buffers, tuple(steps), inputs, {},
+                       (OutputDecl("x", (N,), (1,), 0, "float32"),), alignment=64,
+                       writebacks=(0,))
+    device = make_device()
+    program = Program(device, spec)
+    assert program.host_mapped == {0: "x", 1: "g"}
+    x = np.zeros(N, np.float32)
+    want = x.copy()
+    g = aligned_array(np.ones(N, np.float32))
+    for k in range(4):
+        if k == 1:
+            g = aligned_array(np.full(N, 3.0, np.float32))  # a new array
+        if k == 3:
+            g[:] = -1.0  # the same array, changed in place
+        call(program, x, g)
+        want = want * 2.0 + g
+        np.testing.assert_array_equal(x, want)
+    assert device.dma_stats()["h2d.bytes"] == device.dma_stats()["h2d.mapped_bytes"]
