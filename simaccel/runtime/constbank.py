@@ -12,14 +12,13 @@ at new sizes changes the bank like a new scalar value does, in the same one tran
 from __future__ import annotations
 
 import math
-import operator
 import struct
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from simaccel.errors import SimAccelError
+from simaccel.runtime.sizes import tuple_getter
 
 
 #: the DMA label of the constant bank's upload (one descriptor per call that changed it)
@@ -51,7 +50,7 @@ class ConstantBank:
         self._indices = [index for index, _, _ in slots]
         #: the call's slot values as one tuple (C-level), and what the last pack saw:
         #: those values, its sizes, and whether they were all Python numbers
-        self._values = _tuple_getter(self._indices)
+        self._values = tuple_getter(self._indices)
         self._last_values: tuple = ()
         self._last_sizes: tuple[int, ...] = ()
         self._plain_last = False
@@ -124,16 +123,6 @@ def _struct_format(slots: list[tuple[int, str, np.dtype]], offsets: list[int],
         fmt += "x" * (sizes_offset - cursor) + "q" * sizes
         cursor = sizes_offset + 8 * sizes
     return fmt + "x" * (nbytes - cursor)
-
-
-def _tuple_getter(indices: list[int]) -> Callable[[list[Any]], tuple]:
-    """``args -> tuple(args[i] for i in indices)``, as one ``itemgetter`` call."""
-    if not indices:
-        return lambda args: ()
-    if len(indices) == 1:
-        index = indices[0]
-        return lambda args: (args[index],)
-    return operator.itemgetter(*indices)
 
 
 def _value_key(value: Any) -> Any:

@@ -93,10 +93,22 @@ def size_reader(symbols: Sequence[SymbolSource]) -> Callable[[Sequence[Any]], tu
     symbols = tuple(symbols)
     if not symbols or any(src.dim is not None for src in symbols):
         return lambda args: tuple(src.read(args) for src in symbols)
-    get = operator.itemgetter(*(src.index for src in symbols))
-    if len(symbols) == 1:
-        return lambda args: (int(get(args)),)
+    if len(symbols) == 1:  # one lifted int: the common case
+        index = symbols[0].index
+        return lambda args: (int(args[index]),)
+    get = tuple_getter([src.index for src in symbols])
     return lambda args: tuple(map(int, get(args)))
+
+
+def tuple_getter(indices: Sequence[int]) -> Callable[[Sequence[Any]], tuple]:
+    """``args -> tuple(args[i] for i in indices)`` as one C-level ``itemgetter`` call
+    (per-call paths: a program's size symbols, its constant-bank values)."""
+    if len(indices) == 1:
+        index = indices[0]
+        return lambda args: (args[index],)
+    if not indices:
+        return lambda args: ()
+    return operator.itemgetter(*indices)
 
 
 class SizeFunction:
