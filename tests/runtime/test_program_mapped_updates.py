@@ -154,14 +154,17 @@ def test_the_same_host_array_binds_and_checks_once(monkeypatch):
     assert (binds, checks) == ([double_in_place] * 2, ["input", "input"])
 
 
-def _placed(steps: list, aligned: bool | None = True) -> dict[str, Placement]:
-    """Placements of ``x`` (updated in place) and the small copied ``g`` after both
+def _plans(steps: list, aligned: bool | None = True) -> tuple[InputPlan, ...]:
+    """The plans of ``x`` (updated in place) and the small copied ``g`` after both
     host-mapping decisions, updates first (as the backend takes them)."""
     inputs = (InputPlan(0, "x", Placement.RESIDENT, "float32", None, True),
               InputPlan(1, "g", Placement.COPIED, "float32", aligned, True))
     updated = place_mapped_updates(inputs, steps, (), ("x",), True)
-    mapped = place_mapped_inputs(updated, steps, (), {"x": 4 * N, "g": 4 * N}, 1 << 20)
-    return {p.buffer: p.placement for p in mapped}
+    return place_mapped_inputs(updated, steps, (), {"x": 4 * N, "g": 4 * N}, 1 << 20)
+
+
+def _placed(steps: list, aligned: bool | None = True) -> dict[str, Placement]:
+    return {p.buffer: p.placement for p in _plans(steps, aligned)}
 
 
 def test_a_small_input_beside_a_mapped_update_is_read_in_host_memory():
@@ -180,11 +183,7 @@ def test_a_gradient_read_in_host_memory_is_read_as_it_is_each_call():
     changed in place, are what the kernel reads; nothing is copied in."""
     steps = [updating_x()]
     buffers = {name: BufferDecl(name, "float32", N, "input") for name in ("x", "g")}
-    inputs = (InputPlan(0, "x", Placement.RESIDENT, "float32", None, True),
-              InputPlan(1, "g", Placement.COPIED, "float32", True, True))
-    inputs = place_mapped_inputs(place_mapped_updates(inputs, steps, (), ("x",), True),
-                                 steps, (), {"x": 4 * N, "g": 4 * N}, 1 << 20)
-    spec = ProgramSpec("graph", buffers, tuple(steps), inputs, {},
+    spec = ProgramSpec("graph", buffers, tuple(steps), _plans(steps), {},
                        (OutputDecl("x", (N,), (1,), 0, "float32"),), alignment=64,
                        writebacks=(0,))
     device = make_device()
