@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
 import simaccel
+from simaccel.runtime.layout import Layouts
 from tests.backend.models import TransformerBlock
 from tests.conftest import REDUCTION_TOL
 from tests.models.kv_decoder import CachedAttention
@@ -275,3 +276,40 @@ def test_a_growing_kv_cache_replaces_its_workspace_a_few_times():
     dynamic = _program_of(simaccel.reports()[-1])
     assert dynamic.spec.symbols and 1 < len(blocks[dynamic.spec.name]) <= 10, blocks
     assert device.runtime_stats()["host_fallback_ops"] == 0
+
+
+def _scaled_rows(x: torch.Tensor, n: int) -> torch.Tensor:
+    return (x * n).sum(-1) + n
+
+
+def test_a_program_takes_the_layout_of_each_calls_sizes(monkeypatch):
+    """A lifted int only kernels read and a dynamic batch: calls alternate between sizes
+    and values; each call gets the layout of its own sizes (the same object while they
+    repeat), and every result equals eager."""
+    picked = []
+    at = Layouts.at
+
+    def recording_at(self, sizes):
+        layout = at(self, sizes)
+        picked.append((sizes, layout))
+        return layout
+
+    monkeypatch.setattr(Layouts, "at", recording_at)
+    compiled = torch.compile(_scaled_rows, backend="simaccel", dynamic=True)
+    calls = [(4, 3), (4, 3), (4, 5), (7, 5), (4, 3), (7, 2), (7, 2)]
+    for batch, n in calls:
+        x = torch.randn(batch, 16)
+        torch.testing.assert_close(compiled(x, n), _scaled_rows(x, n), rtol=1e-5, atol=1e-5)
+    assert len(picked) >= len(calls)
+    for sizes, layout in picked:
+        assert layout.sizes == sizes
+    steady = picked[-len(calls):]
+    assert steady[0][1] is steady[1][1] and steady[5][1] is steady[6][1]
+    assert steady[1][1] is not steady[2][1]
+    # dynamic=True: the row width is a symbol too, beside the batch and the int
+    assert all(set(c) <= set(s) for (s, _), c in zip(steady, calls))
+    assert counters["stats"]["unique_graphs"] == 1  # one graph served every size and value
+    stats = simaccel.get_device().runtime_stats()
+    assert stats["host_fallback_ops"] == 0 and stats["kernel_launches"] >= len(calls)
+    dma = simaccel.get_device().dma_stats()
+    assert dma["h2d.bytes"] > 0 and dma["d2h.bytes"] > 0
