@@ -4,7 +4,8 @@ device buffers, instead of generated code.
 This is how a real backend runs a GEMM: inductor emits an ``extern_kernels.mm`` call,
 a GPU backend a cuBLAS call. Here the library is PyTorch's CPU BLAS (``torch.mm`` /
 ``torch.bmm`` with ``out=``) on tensors that view device memory, so nothing is copied
-and nothing needs a JIT compile. (numpy's OpenBLAS was measured too: slower on the MLP
+and nothing needs a JIT compile; a large float32 linear layer's product goes to oneDNN's
+inner product instead, which is faster there (:data:`ONEDNN_MIN_MACS`). (numpy's OpenBLAS was measured too: slower on the MLP
 shapes, and its thread pool fights torch's for the cores.) A library kernel is still a
 device kernel launch (:class:`~simaccel.codegen.ir.LibraryKernel`): it becomes a
 :class:`~simaccel.runtime.spec.LaunchStep`, counts
@@ -26,6 +27,21 @@ import torch
 #: rounded once, as eager's bfloat16 matmul): on this machine's AVX512-BF16 cores a
 #: 64x512 @ 512x2048 product takes 0.5 ms in bfloat16, 2.8 ms in float32.
 GEMM_DTYPES = ("float32", "float64", "bfloat16")
+
+#: oneDNN's inner product (``torch.ops.mkldnn._linear_pointwise``, the primitive behind
+#: inductor's CPU linear fusion); None in a torch built without oneDNN
+_ONEDNN_LINEAR = (torch.ops.mkldnn._linear_pointwise.default
+                  if torch.backends.mkldnn.is_available() else None)
+
+#: the smallest float32 linear-layer GEMM (m * k * n multiply-adds) run as oneDNN's inner
+#: product instead of MKL's ``torch.mm``. Its fixed cost (~15-20 us a call: the primitive
+#: look-up, a new result tensor and the copy into the device buffer) loses on small
+#: products and its kernels win on large ones. Measured on the 2-core machine, timeit min
+#: of 5, oneDNN over ``mm(out=)`` (``/tmp/prof/gemm_sweep.py`` in the session notes):
+#: m64 k256 n256 1.38, m64 k256 n768 1.07, m256 k256 n256 1.08, m64 k256 n1024 0.77,
+#: m64 k1024 n256 0.88, m64 k512 n2048 0.81, m64 k2048 n512 0.76, m256 k256 n1024 0.71,
+#: m256 k512 n2048 0.68, m8 k2048 n512 0.48.
+ONEDNN_MIN_MACS = 1 << 24
 
 
 def _matrices(buf: np.ndarray, offset: int, batch: int, rows: int, cols: int,
@@ -68,8 +84,18 @@ class Gemm:
         if k == 0:
             return o.zero_
         if batch == 1:  # 2-D views (squeezed in numpy, ~1 us cheaper than in torch)
+            if self._inner_product_wins(o, m, k, n, a_t, b_t):
+                return functools.partial(_inner_product, lhs, rhs.t(), o)
             return functools.partial(torch.mm, lhs, rhs, out=o)
         return functools.partial(torch.bmm, lhs, rhs, out=o)
+
+    def _inner_product_wins(self, out: torch.Tensor, m: int, k: int, n: int, a_t: int,
+                            b_t: int) -> bool:
+        """True if this 2-D product runs as oneDNN's inner product: float32, a row-major
+        ``a`` and a column-major ``b`` (a linear layer's ``x @ weight.T``: the weight as
+        the primitive takes it, no reorder), at least :data:`ONEDNN_MIN_MACS` large."""
+        return (_ONEDNN_LINEAR is not None and out.dtype == torch.float32 and not a_t
+                and bool(b_t) and m * k * n >= ONEDNN_MIN_MACS)
 
     def _views(self, out: np.ndarray, a: np.ndarray, b: np.ndarray, batch: int, m: int,
                k: int, n: int, a_off: int, a_bs: int, b_off: int, b_bs: int, a_t: int,
@@ -107,6 +133,13 @@ class GemmBias(Gemm):
             return _nothing
         o, lhs, rhs = self._views(out, a, b, 1, m, k, n, a_off, 0, b_off, 0, a_t, b_t)
         return functools.partial(torch.addmm, self._tensor(bias[:n]), lhs, rhs, out=o)
+
+
+def _inner_product(lhs: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> None:
+    """``out = lhs @ weight.T`` by oneDNN's inner product (``weight``: (n, k) row-major).
+    The primitive returns a new tensor; copying it into the device buffer costs ~10 us
+    for 512 KiB, less than what the primitive saves on the products it is chosen for."""
+    out.copy_(_ONEDNN_LINEAR(lhs, weight, None, "none", [], ""))
 
 
 def _nothing() -> None:

@@ -62,3 +62,37 @@ def test_a_bound_library_call_reads_its_buffers_at_each_launch() -> None:
     x[:] = 1.0
     launch()
     np.testing.assert_array_equal(out, [1, 2, 3, 1, 2, 3])
+
+
+#: oneDNN's inner product against torch.mm (MKL): different kernels block the k-sum
+#: differently; sums of 512 products of unit normals (~22 in magnitude), float32
+INNER_PRODUCT_TOL = dict(rtol=1e-5, atol=1e-4)
+
+
+def test_a_large_linear_gemm_runs_as_the_inner_product_and_reads_its_buffers() -> None:
+    m, k, n = 64, 512, 1024  # m * k * n = 2 ** 25 >= ONEDNN_MIN_MACS
+    assert m * k * n >= library.ONEDNN_MIN_MACS
+    a, w = torch.randn(m, k), torch.randn(n, k)  # w: a linear weight, b = w.T
+    a_buf, w_buf, out = _flat(a), _flat(w), np.full(m * n + 4, np.nan, np.float32)
+    launch = library.gemm.bind(out, a_buf, w_buf, 1, m, k, n, 0, 0, 0, 0, 0, 1)
+    assert launch.func is library._inner_product
+    launch()
+    torch.testing.assert_close(torch.from_numpy(out[:m * n]).view(m, n), a @ w.t(),
+                               **INNER_PRODUCT_TOL)
+    w2 = torch.randn(n, k)
+    w_buf[:] = _flat(w2)  # the weight's device buffer changes: the next launch reads it
+    launch()
+    torch.testing.assert_close(torch.from_numpy(out[:m * n]).view(m, n), a @ w2.t(),
+                               **INNER_PRODUCT_TOL)
+    assert np.isnan(out[m * n:]).all()
+
+
+def test_small_or_untransposed_gemms_stay_on_the_blas_call() -> None:
+    m, k, n = 64, 512, 1024
+    a_buf, b_buf = _flat(torch.randn(m, k)), _flat(torch.randn(k, n))
+    out = np.zeros(m * n, np.float32)
+    row_major_b = library.gemm.bind(out, a_buf, b_buf, 1, m, k, n, 0, 0, 0, 0, 0, 0)
+    small = library.gemm.bind(out[:8 * 16], a_buf, b_buf, 1, 8, 16, 16, 0, 0, 0, 0, 0, 1)
+    as_f64 = library.gemm.bind(np.zeros(m * n), a_buf.astype(np.float64),
+                               b_buf.astype(np.float64), 1, m, k, n, 0, 0, 0, 0, 0, 1)
+    assert all(launch.func is torch.mm for launch in (row_major_b, small, as_f64))
