@@ -345,6 +345,16 @@ def reduce_init(op: str, acc_dtype: str) -> str:
     return const_source(-(1 << bits) if low else (1 << bits) - 1, acc_dtype)
 
 
+def _short_extremum(k: ReductionKernel) -> bool:
+    """True if ``k`` is a max or min reduction over one static loop of at most
+    :data:`SHORT_LOOP` steps: its extent is hidden from LLVM (``lib.opaque_extent``), which
+    would otherwise unroll the loop fully and leave one scalar compare per element (4x
+    slower on 64-element rows: the attention softmax's row maximum)."""
+    shape = k.red_shape
+    return (len(shape) == 1 and isinstance(shape[0], int) and 1 < shape[0] <= SHORT_LOOP
+            and all(part.reduce_op in ("max", "min") for part in k.parts))
+
+
 def _combine(op: str, v: str, ctor: str, acc: str) -> list[str]:
     if op == "sum":
         return [f"{acc} = lib.reassoc_add({acc}, {ctor}({v}))"]
@@ -443,6 +453,9 @@ def reduction_body(k: ReductionKernel, indent: str, fast_trig: bool,
     loop also stores, for a later stage of its row kernel."""
     lines: list[str] = []
     red_lines, inner = loop_nest(k.red_index, k.red_shape, False, indent)
+    if _short_extremum(k):
+        red_lines = [red_lines[0].replace(f"range({k.red_shape[0]})",
+                                          f"range(lib.opaque_extent({k.red_shape[0]}))")]
     body = BodyEmitter(inner, fast_trig, prefix=f"{prefix}t")
     acc_of = accumulators(k.parts, body.keys, f"{prefix}acc")
     combine: list[str] = []

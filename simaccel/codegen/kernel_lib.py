@@ -16,6 +16,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
 from simaccel.codegen.fma_lib import fma  # noqa: F401 - kernels call it as lib.fma
+from simaccel.codegen.loop_lib import opaque_extent  # noqa: F401 - as lib.opaque_extent
 from simaccel.codegen.numpy_lib import TRIG_FAST_LIMIT  # |x| where vsin/vcos are accurate
 
 from simaccel.codegen.kernel_ext import *  # noqa: F401,F403  (16-bit floats, special functions)
@@ -489,3 +490,4 @@ def _reassoc_add_impl(a, b):
     if isinstance(a, types.Float) and a == b:
         return lambda a, b: _fadd_reassoc(a, b)
     return lambda a, b: a + b
+
