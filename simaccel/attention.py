@@ -73,6 +73,8 @@ def sdpa_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     (:mod:`simaccel.codegen.row_reuse`); the logsumexp is ``max + log(sum)``."""
     if dropout_p or _library_runs(query, key, value, attn_mask):
         return NotImplemented
+    if is_causal and attn_mask is None and _splits(query, key):
+        return _causal_halves(query, key, value, scale)
     scores = _scores(query, key, is_causal, attn_mask, scale)
     top = scores.amax(dim=-1, keepdim=True)
     top = torch.where(top.abs() == math.inf, 0.0, top)  # a fully masked row: exp(-inf) = 0
@@ -82,6 +84,70 @@ def sdpa_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     # 0, as the fused op returns, rather than 0 / 0
     total = torch.where(total == 0, 1.0, total)
     return (exps / total) @ value, (torch.log(total) + top).squeeze(-1)
+
+
+#: the shortest causal self-attention (query and key length) computed in two halves of
+#: keys, and the dtypes it is computed in (bfloat16 keeps the single GEMM pair: the extra
+#: half-sum would round once more than eager's float32-accumulated op)
+SPLIT_MIN_KEYS = 128
+SPLIT_DTYPES = (torch.float32, torch.float64)
+
+
+def _splits(query: torch.Tensor, key: torch.Tensor) -> bool:
+    """True if causal attention on these operands runs as :func:`_causal_halves`:
+    static, equal and even query and key lengths of at least :data:`SPLIT_MIN_KEYS`."""
+    length = query.shape[-2]
+    return (isinstance(length, int) and isinstance(key.shape[-2], int)
+            and length == key.shape[-2] and length % 2 == 0 and length >= SPLIT_MIN_KEYS
+            and query.dtype in SPLIT_DTYPES)
+
+
+def _causal_halves(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(output, logsumexp) of causal self-attention without the masked quarter of the
+    products, as a flash kernel skips masked blocks. With ``h`` half the length, every
+    query attends to the first ``h`` keys (block a, masked above the diagonal for the
+    first ``h`` queries) and only the last ``h`` queries to the last ``h`` keys (block b,
+    a causal ``h x h`` block): four GEMMs of 3/4 of the pair's work, each writing a dense
+    result. Each block is a softmax of its own (one row kernel: its maximum, its exps and
+    their sum), and the last ``h`` rows combine the two as the flash recurrence does,
+    rescaling each block by ``exp(its max - the row's max)`` after the products.
+    Measured for 4x8x128x64 float32, the GEMMs alone: 590 us against 780 us for the pair
+    (``torch.bmm`` with ``out=``, timeit min of 7). No row is fully masked: each keeps
+    its diagonal key."""
+    factor = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+    length = query.shape[-2]
+    h = length // 2
+    first_keys = torch.ones(length, h, dtype=torch.bool).tril()
+    block = torch.ones(h, h, dtype=torch.bool).tril()
+    top_a, total_a, out_a = _block_softmax(
+        query @ key[..., :h, :].transpose(-2, -1), factor, first_keys, value[..., :h, :])
+    top_b, total_b, out_b = _block_softmax(
+        query[..., h:, :] @ key[..., h:, :].transpose(-2, -1), factor, block,
+        value[..., h:, :])
+    # the first h rows: block a alone (block b's padding: max -inf, so its weight 0)
+    top_b, total_b, out_b = (_below(top_b, h, float("-inf")), _below(total_b, h),
+                             _below(out_b, h))
+    top = torch.maximum(top_a, top_b)
+    weight_a, weight_b = torch.exp(top_a - top), torch.exp(top_b - top)
+    total = total_a * weight_a + total_b * weight_b
+    out = (out_a * weight_a + out_b * weight_b) / total
+    return out, (torch.log(total) + top).squeeze(-1)
+
+
+def _block_softmax(products: torch.Tensor, factor: float, keep: torch.Tensor,
+                   value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(row max, row sum of exps, unnormalised output) of one block of scores:
+    ``products * factor`` masked where ``keep`` is False."""
+    scores = (products * factor).masked_fill(keep.logical_not(), float("-inf"))
+    top = scores.amax(dim=-1, keepdim=True)
+    exps = torch.exp(scores - top)
+    return top, exps.sum(dim=-1, keepdim=True), exps @ value
+
+
+def _below(rows: torch.Tensor, h: int, fill: float = 0.0) -> torch.Tensor:
+    """``rows`` (the last ``h`` rows of a result) placed below ``h`` rows of ``fill``."""
+    return torch.nn.functional.pad(rows, (0, 0, h, 0), value=fill)
 
 
 def sdpa_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,

@@ -61,6 +61,8 @@ def _row_nest(k: RowKernel, parallel: bool, fast_trig: bool) -> tuple[list[str],
     row_vars: dict[str, str] = {}
     reuse = plan_reuse(k)  # a costly value computed once per element, not per pass
     for n, stage in enumerate(k.stages):
+        if n in reuse.dropped:
+            continue  # an earlier reduction stage stores its every element
         prefix = f"s{n}"
         stage = rewritten_stage(stage, n, reuse)
         if isinstance(stage, ReductionKernel):

@@ -89,6 +89,19 @@ class Gemm:
             return functools.partial(torch.mm, lhs, rhs, out=o)
         return functools.partial(torch.bmm, lhs, rhs, out=o)
 
+    def operand_spans(self, params: tuple[Any, ...]) -> dict[int, list[tuple[int, int]]] | None:
+        """The element ranges ``[start, stop)`` a launch with these ``params`` (the
+        step's: ``batch, m, k, n, a_off, a_bs, b_off, b_bs, ...``) reads of its operand
+        buffers, by argument position (1: ``a``, 2: ``b``), one range per matrix of the
+        batch (each operand matrix is ``rows * cols`` consecutive elements, row- or
+        column-major); None where a size is a symbol. The host-mapping rule reads them
+        (:func:`simaccel.runtime.hostmap.place_mapped_inputs`)."""
+        batch, m, k, n, a_off, a_bs, b_off, b_bs = params[:8]
+        if not all(isinstance(v, int) for v in (batch, m, k, n, a_off, a_bs, b_off, b_bs)):
+            return None
+        return {1: [(a_off + i * a_bs, a_off + i * a_bs + m * k) for i in range(batch)],
+                2: [(b_off + i * b_bs, b_off + i * b_bs + k * n) for i in range(batch)]}
+
     def _inner_product_wins(self, out: torch.Tensor, m: int, k: int, n: int, a_t: int,
                             b_t: int) -> bool:
         """True if this 2-D product runs as oneDNN's inner product: float32, a row-major

@@ -61,6 +61,8 @@ class RowReuse:
 
     side_stores: dict[int, list[SideStore]]
     bodies: dict[int, Expr]
+    #: pointwise stages whose whole value a reduction stage stores: not emitted at all
+    dropped: frozenset[int] = frozenset()
 
 
 def plan_reuse(k: RowKernel) -> RowReuse:
@@ -69,6 +71,7 @@ def plan_reuse(k: RowKernel) -> RowReuse:
     rows, inner = source(k.rows), sources(k.inner)
     stores: dict[int, list[SideStore]] = {}
     bodies: dict[int, Expr] = {}
+    dropped: set[int] = set()
     for b, stage in enumerate(k.stages):
         if not joins_as_pointwise(stage) or stage.body.dtype not in EXACT_DTYPES:
             continue
@@ -85,8 +88,11 @@ def plan_reuse(k: RowKernel) -> RowReuse:
             continue
         stores.setdefault(a, []).append(
             SideStore(value, stage.out.buffer, _offset_in(k.stages[a], at)))
-        bodies[b] = _replaced(stage.body, node, Load(stage.out.buffer, own, node.dtype))
-    return RowReuse(stores, bodies)
+        if node is stage.body:
+            dropped.add(b)  # the side store writes every element the stage would
+        else:
+            bodies[b] = _replaced(stage.body, node, Load(stage.out.buffer, own, node.dtype))
+    return RowReuse(stores, bodies, frozenset(dropped))
 
 
 def rewritten_stage(stage: Any, n: int, reuse: RowReuse) -> Any:
@@ -118,13 +124,14 @@ def _earlier_match(earlier: list[Any], stage: PointwiseKernel, geometry: Any
 
 def _costly_nodes(body: Expr, geometry: Any) -> dict[Any, tuple[int, Expr]]:
     """Element key -> (costly ops in it, node) of each node of ``body`` holding a costly
-    op, other than the body itself (storing over the output's own value gains nothing)."""
+    op, the body itself included (a stage that only writes ``exp(x - max)`` for a GEMM,
+    as a block of causal attention does: the reduction's store is the whole stage)."""
     keys = _ElementKeys(geometry)
     costs = _costly_ops(body)
     found: dict[Any, tuple[int, Expr]] = {}
     for node in _nodes(body):
         cost = costs[id(node)]
-        if node is not body and cost and isinstance(node, Op):
+        if cost and isinstance(node, Op):
             key = keys(node)
             if key is not None:
                 found[key] = (cost, node)

@@ -32,7 +32,9 @@ def place_mapped_inputs(inputs: Sequence[InputPlan], steps: Sequence[Any],
     the call; ``nbytes``: buffer sizes (bytes); ``min_bytes``:
     ``DeviceConfig.host_map_min_bytes`` (0 maps nothing). A copied input qualifies when it
     is C-contiguous on the host, pinned aligned (a direct DMA), read by exactly one kernel
-    and by no host step, written by no step and not itself a graph output (its device
+    and by no host step (or by several library GEMMs that read disjoint parts of it:
+    :func:`_read_apart`, each element still crosses the bus once), written by no step and
+    not itself a graph output (its device
     copy would be read back after the call), and either at least ``min_bytes`` large or
     read by a kernel that updates a mapped input (``inputs`` placed
     :attr:`~Placement.MAPPED_UPDATE`, :func:`place_mapped_updates` first): that kernel
@@ -49,7 +51,8 @@ def place_mapped_inputs(inputs: Sequence[InputPlan], steps: Sequence[Any],
         return (plan.placement is Placement.COPIED and plan.aligned is True
                 and plan.contiguous
                 and (nbytes[plan.buffer] >= min_bytes or plan.buffer in over_bus)
-                and readers.get(plan.buffer) == 1 and plan.buffer not in untouchable)
+                and (readers.get(plan.buffer) == 1 or _read_apart(plan.buffer, steps))
+                and plan.buffer not in untouchable)
 
     return tuple(dataclasses.replace(p, placement=Placement.MAPPED) if qualifies(p) else p
                  for p in inputs)
@@ -171,6 +174,27 @@ def _reads_of_bus_kernels(steps: Sequence[Any], updated: set[str]) -> set[str]:
         if step.on_device and updated.intersection(step.writes):
             found.update(step.reads)
     return found
+
+
+def _read_apart(buffer: str, steps: Sequence[Any]) -> bool:
+    """True if every kernel reading ``buffer`` tells which of its elements it reads (a
+    library GEMM's ``operand_spans``) and no element is read twice: causal attention's
+    key and value halves, each read by its own GEMM."""
+    spans: list[tuple[int, int]] = []
+    for step in steps:
+        if buffer not in step.reads:
+            continue
+        describe = getattr(getattr(step, "fn", None), "operand_spans", None)
+        found = describe(tuple(step.params)) if describe is not None else None
+        if found is None:
+            return False
+        positions = [i for i, name in enumerate(step.buffers) if name == buffer]
+        if not all(i in found for i in positions):
+            return False
+        spans += [span for i in positions for span in found[i]]
+    spans.sort()
+    return bool(spans) and all(stop <= start for (_, stop), (start, _) in
+                               zip(spans, spans[1:]))
 
 
 def _kernel_readers(steps: Sequence[Any]) -> tuple[dict[str, int], set[str]]:

@@ -63,6 +63,48 @@ def test_static_causal_attention_takes_the_gemm_pair_or_the_fused_call_by_length
     assert _kinds(result) == kinds
 
 
+@pytest.mark.parametrize("batch, dim", [((1, 2), 32), ((4, 8), 64)])
+def test_causal_self_attention_of_128_runs_as_two_key_halves(batch, dim):
+    """At SPLIT_MIN_KEYS (static, equal query and key lengths) causal attention skips the
+    masked quarter: block a (every query, the first half of keys) and block b (the last
+    half of both), each a GEMM, one row kernel (its max, exps and their sum, each exp
+    computed once and stored for the GEMM) and a GEMM, then one pointwise kernel that
+    combines the blocks; forward and backward equal eager. At 1 MiB per operand, key and
+    value are read in place: each half by its own GEMM (the query, read 1.5 times, is
+    copied)."""
+    from simaccel.attention import SPLIT_MIN_KEYS
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(*batch, SPLIT_MIN_KEYS, dim, requires_grad=True) for _ in range(3))
+    result = check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                   q.detach(), k.detach(), v.detach(), rtol=1e-4, atol=1e-5)
+    assert _kinds(result) == ["library", "row", "library"] * 2 + ["pointwise"]
+    mapped = 2 * k.numel() * 4 if k.numel() * 4 >= 1 << 20 else 0
+    assert result.dma_stats["h2d.mapped_bytes"] == mapped  # k and v, one call
+    rows = [k for r in result.reports for k in r.kernels if k.kind == "row"]
+    assert all(pathlib.Path(row.path).read_text().count("lib.vexp(") == 1 for row in rows)
+    torch._dynamo.reset()
+
+    def loss(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).square().sum()
+    got = torch.autograd.grad(torch.compile(loss, backend="simaccel")(q, k, v), (q, k, v))
+    for g, e in zip(got, torch.autograd.grad(loss(q, k, v), (q, k, v))):
+        torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape, dtype", [
+    ((1, 2, 126, 32), torch.float32),  # shorter than SPLIT_MIN_KEYS
+    ((1, 2, 128, 32), torch.bfloat16),  # bfloat16 rounds the halves' sum once more
+])
+def test_other_causal_attention_keeps_the_single_gemm_pair(shape, dtype):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(*shape).to(dtype) for _ in range(3))
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    result = check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                   q, k, v, **tol)
+    kinds = [kern.kind for r in result.reports for kern in r.kernels]
+    assert kinds.count("library") == 2 and kinds.count("row") == 1  # the one pair
+
+
 def test_dynamic_length_attention_softmax_is_one_row_kernel_between_the_gemms():
     torch.manual_seed(0)
     torch._dynamo.reset()
@@ -206,3 +248,19 @@ def test_the_reused_value_equals_the_recomputed_one_bit_for_bit(monkeypatch):
     assert _row_source(reused).count("lib.vexp(") == 1
     assert _row_source(recomputed).count("lib.vexp(") == 2
     assert torch.equal(reused.outputs, recomputed.outputs)
+
+
+@pytest.mark.parametrize("width, fn, opaque", [
+    (64, lambda x: x.amax(-1), True), (16, lambda x: x.amin(-1), True),
+    (128, lambda x: x.amax(-1), False),  # LLVM vectorises a long loop as it is
+    (64, lambda x: x.sum(-1), False),  # a sum survives LLVM's full unroll
+])
+def test_a_short_max_or_min_loop_hides_its_extent_from_llvm(width, fn, opaque):
+    """simaccel.codegen.loop_lib: the kernel equals eager, NaN rows included."""
+    torch.manual_seed(0)
+    x = torch.randn(300, width)
+    x[7, width // 2] = math.nan
+    result = check(fn, x, rtol=1e-5, atol=1e-5)  # NaNs compare equal
+    kernels = [k for r in result.reports for k in r.kernels]
+    assert len(kernels) == 1
+    assert ("lib.opaque_extent(" in pathlib.Path(kernels[0].path).read_text()) == opaque

@@ -177,3 +177,42 @@ def test_a_spec_planned_for_another_alignment_is_refused_with_the_reason():
     with pytest.raises(SimAccelError, match="alignment"):
         Program(Device(DeviceConfig(memory_bytes=1 << 22, alignment=128)),
                 make_spec([reading_x()]))
+
+
+def _gemm_halves_spec(first_rows: int) -> ProgramSpec:
+    """``x`` (32 x 32) times ``w`` (32 x 32) by two library GEMMs: y = x[:first_rows] @ w
+    and z = x[16:] @ w (disjoint rows of x when ``first_rows`` is 16, overlapping past)."""
+    from simaccel.codegen import library
+    buffers = {name: BufferDecl(name, "float32", N, kind) for name, kind in
+               (("x", "input"), ("w", "input"), ("y", "temp"), ("z", "temp"))}
+    steps = (LaunchStep("gemm_a", library.gemm, ("y", "x", "w"),
+                        (1, first_rows, 32, 32, 0, 0, 0, 0, 0, 0), 0, 0,
+                        frozenset({"x", "w"}), frozenset({"y"})),
+             LaunchStep("gemm_b", library.gemm, ("z", "x", "w"),
+                        (1, 16, 32, 32, 16 * 32, 0, 0, 0, 0, 0), 0, 0,
+                        frozenset({"x", "w"}), frozenset({"z"})))
+    inputs = tuple(InputPlan(i, name, Placement.COPIED, "float32", True, True)
+                   for i, name in enumerate(("x", "w")))
+    inputs = place_mapped_inputs(inputs, steps, ("y", "z"), {"x": N * 4, "w": N * 4},
+                                 MIN_BYTES)
+    outs = (OutputDecl("y", (first_rows * 32,), (1,), 0, "float32"),
+            OutputDecl("z", (16 * 32,), (1,), 0, "float32"))
+    return ProgramSpec("graph", buffers, steps, inputs, {}, outs, alignment=64)
+
+
+@pytest.mark.parametrize("first_rows, mapped", [(16, {0: "x"}), (20, {})])
+def test_an_input_library_gemms_read_in_disjoint_parts_is_read_in_place(first_rows, mapped):
+    """x's halves are each read by their own GEMM, so each element crosses the bus once
+    (causal attention's key and value halves); overlapping reads copy it, as does w, read
+    whole by both."""
+    program = Program(make_device(), _gemm_halves_spec(first_rows))
+    assert program.host_mapped == mapped
+    rng = np.random.default_rng(0)
+    for _ in range(2):  # new contents each call: the mapped launches read them
+        x = aligned_array(rng.standard_normal(N).astype(np.float32))
+        w = aligned_array(rng.standard_normal(N).astype(np.float32))
+        y, z = np.zeros(first_rows * 32, np.float32), np.zeros(16 * 32, np.float32)
+        program.run([x, w], [y, z])
+        xs, ws = x.reshape(32, 32), w.reshape(32, 32)
+        np.testing.assert_allclose(y, (xs[:first_rows] @ ws).reshape(-1), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(z, (xs[16:] @ ws).reshape(-1), rtol=1e-5, atol=1e-5)
