@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 from simaccel.codegen import scalar_ops
 from simaccel.codegen.dtypes import HALF_DTYPES, compute_dtype, is_float
-from simaccel.codegen.hoist import hoist_invariants
+from simaccel.codegen.hoist import hoist_invariants, hoist_out_of_loops
 from simaccel.codegen.lib_version import HELPERS_DIGEST
 from simaccel.codegen.ir import (Const, Expr, ExternKernel, IndexValue, Load, Op, PointwiseKernel,
                                  ReductionKernel, StructuralKeys, buffers_read,
@@ -282,7 +282,8 @@ def kernel_args(out_buffer: str, body: list[Expr]) -> list[str]:
 def kernel_module(args: list[str], parallel: bool,
                   nest: Callable[[bool], tuple[list[str], bool]], rerunnable: bool) -> str:
     """Module source of ``def kernel(*args)`` whose body is ``nest`` (see with_exact_rerun)."""
-    body = hoist_invariants(with_index_check(with_exact_rerun(nest, rerunnable)), args)
+    body = hoist_out_of_loops(
+        hoist_invariants(with_index_check(with_exact_rerun(nest, rerunnable)), args), args)
     return (HEADER + "\n\n" + _decorator(parallel) + f"def kernel({', '.join(args)}):\n"
             + "\n".join(body) + "\n")
 
