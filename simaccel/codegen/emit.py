@@ -456,7 +456,8 @@ def reduction_body(k: ReductionKernel, indent: str, fast_trig: bool,
     red_lines, inner = loop_nest(k.red_index, k.red_shape, False, indent)
     if _short_extremum(k):
         red_lines = [red_lines[0].replace(f"range({k.red_shape[0]})",
-                                          f"range(lib.opaque_extent({k.red_shape[0]}))")]
+                                          f"range(lib.opaque_extent(np.int64("
+                                          f"{k.red_shape[0]})))")]  # one signature
     body = BodyEmitter(inner, fast_trig, prefix=f"{prefix}t")
     acc_of = accumulators(k.parts, body.keys, f"{prefix}acc")
     combine: list[str] = []

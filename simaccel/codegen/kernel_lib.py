@@ -17,9 +17,12 @@ from numba.extending import intrinsic, overload
 
 from simaccel.codegen.fma_lib import fma  # noqa: F401 - kernels call it as lib.fma
 from simaccel.codegen.loop_lib import opaque_extent  # noqa: F401 - as lib.opaque_extent
+from simaccel.codegen.parfor_names import install as _install_parfor_names
 from simaccel.codegen.numpy_lib import TRIG_FAST_LIMIT  # |x| where vsin/vcos are accurate
 
 from simaccel.codegen.kernel_ext import *  # noqa: F401,F403  (16-bit floats, special functions)
+
+_install_parfor_names()  # before any kernel's parallel loop is lowered (parfor_names)
 #: Options of every helper. ``fastmath`` is set explicitly: numba lets a callee that leaves
 #: it unset inherit its caller's flags, and a helper first compiled from a fastmath caller
 #: would then be cached with reassociated arithmetic for every later caller (exp's

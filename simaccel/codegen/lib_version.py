@@ -18,9 +18,10 @@ _CODEGEN = Path(__file__).resolve().parent
 
 #: the source files kernels' machine code is built from besides their own module: the
 #: ``*_lib`` helpers, the special functions and the extensions kernel_lib pulls in, the
-#: size functions
+#: parallel loops' naming (a change there must not reuse kernels cached under the old
+#: names), the size functions
 HELPER_FILES = tuple(sorted({*_CODEGEN.glob("*_lib.py"), *_CODEGEN.glob("special_*.py"),
-                             _CODEGEN / "kernel_ext.py"})) + (
+                             _CODEGEN / "kernel_ext.py", _CODEGEN / "parfor_names.py"})) + (
     _CODEGEN.parent / "runtime" / "sizes.py",)
 
 

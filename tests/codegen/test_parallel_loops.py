@@ -53,3 +53,24 @@ def test_a_prange_kernel_leaves_torch_thread_count_alone(tmp_path):
     Dynamo's tracing, Dynamo raised). A new process, so numba's threads start in it."""
     result = run_child_program(THREADS_PROGRAM, tmp_path / "cache")
     assert result == {"threads": 1, "ok": True, "prange": True}
+
+
+def _salt() -> int:
+    from simaccel.codegen import parfor_names
+    return parfor_names._SALT[0]
+
+
+def test_parallel_loop_function_names_are_salted_per_process():
+    """simaccel.codegen.parfor_names: numba names a prange loop's function by its loop
+    object's hash, an address two forked compile workers can share; the salted hash
+    differs between a process and each worker it forks, and is stable per object."""
+    import multiprocessing
+
+    from numba.parfors.parfor import Parfor
+
+    from simaccel.codegen import kernel_lib, parfor_names  # noqa: F401 - installs it
+    assert Parfor.__hash__ is parfor_names._salted_hash
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_salt) != _salt()
+    loop = object.__new__(Parfor)
+    assert hash(loop) == hash(loop) != id(loop)
