@@ -5,8 +5,9 @@ This is how a real backend runs a GEMM: inductor emits an ``extern_kernels.mm`` 
 a GPU backend a cuBLAS call. Here the library is PyTorch's CPU BLAS (``torch.mm`` /
 ``torch.bmm`` with ``out=``) on tensors that view device memory, so nothing is copied
 and nothing needs a JIT compile; a large float32 linear layer's product goes to oneDNN's
-inner product instead, which is faster there (:data:`ONEDNN_MIN_MACS`). (numpy's OpenBLAS was measured too: slower on the MLP
-shapes, and its thread pool fights torch's for the cores.) A library kernel is still a
+inner product instead, which is faster there (:data:`ONEDNN_MIN_MACS`). (numpy's
+OpenBLAS was measured too: slower on the MLP shapes, and its thread pool fights torch's
+for the cores.) A library kernel is still a
 device kernel launch (:class:`~simaccel.codegen.ir.LibraryKernel`): it becomes a
 :class:`~simaccel.runtime.spec.LaunchStep`, counts
 in ``kernel_launches`` and sits on the compute track with its roofline time. Epilogues

@@ -88,7 +88,8 @@ def test_a_wide_linear_layer_runs_as_the_inner_product_and_equals_eager(monkeypa
     calls = []
     primitive = library._ONEDNN_LINEAR
     monkeypatch.setattr(library, "_ONEDNN_LINEAR",
-                        lambda *a: calls.append((tuple(a[0].shape), tuple(a[1].shape))) or primitive(*a))
+                        lambda *a: calls.append((tuple(a[0].shape), tuple(a[1].shape)))
+                        or primitive(*a))
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(),
                                 torch.nn.Linear(1024, 512))
