@@ -9,7 +9,13 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
-_LIB_OPTIONS = {"cache": True, "fastmath": False, "error_model": "numpy"}
+#: Options of every helper (this module's, kernel_lib's, loop_lib's). ``fastmath`` is set
+#: explicitly: numba lets a callee that leaves it unset inherit its caller's flags, and a
+#: helper first compiled from a fastmath caller would then be cached with reassociated
+#: arithmetic for every later caller (exp's round-to-nearest trick and the Cody-Waite
+#: reductions depend on exact evaluation order). Kernels themselves compile without
+#: fastmath; sum reductions reassociate only their accumulation (reassoc_add).
+LIB_OPTIONS = {"cache": True, "fastmath": False, "error_model": "numpy"}
 
 
 def fma(a, b, c):
@@ -27,7 +33,7 @@ def _llvm_fma(typingctx, a, b, c):
     return a(a, b, c), codegen
 
 
-@overload(fma, jit_options=_LIB_OPTIONS)
+@overload(fma, jit_options=LIB_OPTIONS)
 def _fma_impl(a, b, c):
     fused = isinstance(a, types.Float) and a == b == c
     return (lambda a, b, c: _llvm_fma(a, b, c)) if fused else (lambda a, b, c: a * b + c)

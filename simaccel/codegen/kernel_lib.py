@@ -15,6 +15,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
+from simaccel.codegen.fma_lib import LIB_OPTIONS as _LIB_OPTIONS
 from simaccel.codegen.fma_lib import fma  # noqa: F401 - kernels call it as lib.fma
 from simaccel.codegen.loop_lib import opaque_extent  # noqa: F401 - as lib.opaque_extent
 from simaccel.codegen.parfor_names import install as _install_parfor_names
@@ -23,13 +24,6 @@ from simaccel.codegen.numpy_lib import TRIG_FAST_LIMIT  # |x| where vsin/vcos ar
 from simaccel.codegen.kernel_ext import *  # noqa: F401,F403  (16-bit floats, special functions)
 
 _install_parfor_names()  # before any kernel's parallel loop is lowered (parfor_names)
-#: Options of every helper. ``fastmath`` is set explicitly: numba lets a callee that leaves
-#: it unset inherit its caller's flags, and a helper first compiled from a fastmath caller
-#: would then be cached with reassociated arithmetic for every later caller (exp's
-#: round-to-nearest trick and the Cody-Waite reductions depend on exact evaluation order).
-#: Kernels themselves compile without fastmath; sum reductions reassociate only their
-#: accumulation (reassoc_add).
-_LIB_OPTIONS = {"cache": True, "fastmath": False, "error_model": "numpy"}
 
 _jit = numba.njit(cache=True, inline="always", error_model="numpy", fastmath=False)
 
@@ -493,4 +487,3 @@ def _reassoc_add_impl(a, b):
     if isinstance(a, types.Float) and a == b:
         return lambda a, b: _fadd_reassoc(a, b)
     return lambda a, b: a + b
-

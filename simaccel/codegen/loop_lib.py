@@ -20,7 +20,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic, overload
 
-_LIB_OPTIONS = {"cache": True, "fastmath": False, "error_model": "numpy"}
+from simaccel.codegen.fma_lib import LIB_OPTIONS
 
 
 def opaque_extent(n):
@@ -37,7 +37,7 @@ def _opaque_int64(typingctx, n):
     return types.int64(types.int64), codegen
 
 
-@overload(opaque_extent, jit_options=_LIB_OPTIONS)
+@overload(opaque_extent, jit_options=LIB_OPTIONS)
 def _opaque_extent_impl(n):
     if isinstance(n, types.Integer):
         return lambda n: _opaque_int64(n)
