@@ -224,8 +224,26 @@ class HostBoundStep:
     outputs: tuple[tuple[int, str], ...] = ()
 
 
+@dataclass(frozen=True)
+class MappedLaunches:
+    """The kernels of a program that access host memory (:func:`mapped_steps`), in step
+    order, and what binding them each call needs: ``positions``, the streamed positions of
+    the mapped inputs they read; ``writing``, those writing a mapped output (bound again
+    every call: each call's output arrays are new)."""
+
+    steps: tuple[HostBoundStep, ...]
+    positions: tuple[int, ...]
+    writing: tuple[HostBoundStep, ...]
+
+    def __iter__(self) -> Any:
+        return iter(self.steps)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
 def mapped_steps(steps: Sequence[Step], streamed: Sequence[InputPlan],
-                 outputs: Sequence[OutputDecl | None] = ()) -> list[HostBoundStep]:
+                 outputs: Sequence[OutputDecl | None] = ()) -> MappedLaunches:
     """Every kernel that reads (or updates) a host-mapped input or writes a host-mapped
     output: those launches are bound to the host arrays."""
     position = {p.buffer: k for k, p in enumerate(streamed) if p.placement in MAPPED}
@@ -236,7 +254,8 @@ def mapped_steps(steps: Sequence[Step], streamed: Sequence[InputPlan],
         writes = tuple(sorted((written[b], b) for b in step.writes if b in written))
         if reads or writes:
             found.append(HostBoundStep(k, reads, writes))
-    return found
+    return MappedLaunches(tuple(found), tuple(sorted({p for s in found for p in s.inputs})),
+                          tuple(s for s in found if s.outputs))
 
 
 def check_mapped(kind: str, position: int, name: str, host: np.ndarray, dtype: np.dtype,
@@ -264,52 +283,65 @@ MAPPED = frozenset({Placement.MAPPED, Placement.MAPPED_UPDATE})
 
 def bind_mapped(bound: Any, srcs: Sequence[np.ndarray], host_outputs: Sequence[Any],
                 data_ptrs: Sequence[int] | None, streamed: Sequence[InputPlan],
-                steps: Sequence[HostBoundStep],
+                launches: MappedLaunches,
                 bind: Callable[[int, dict[str, np.ndarray], dict[str, int]], None]) -> None:
-    """Bind each launch that accesses host memory (``steps``: :func:`mapped_steps`) to
+    """Bind each launch that accesses host memory (``launches``: :func:`mapped_steps`) to
     this call's host arrays: ``srcs``, the program's ``streamed`` inputs, and
     ``host_outputs``, the call's output arrays by output position (``bind(k, hosts,
     addresses)`` binds step ``k`` to ``hosts``, buffer -> flat host array, whose data
     addresses (bytes) are ``addresses``). ``bound``: the workspace's
     :class:`~simaccel.runtime.resident.BoundWorkspace`; its bound launches keep their
-    arrays alive. A launch is rebound unless it was last bound to these very arrays, or,
-    reading inputs only, to the same addresses (a caller passing the same tensor every
-    call binds nothing after the first; new output arrays rebind every call). Each new
-    array is checked against the compiled layout first."""
+    arrays alive.
+
+    Each new input array is checked against the compiled layout once, then its address
+    compared: a launch that only reads inputs is bound again only when one of them moved
+    (a caller passing the same tensor every call binds nothing after the first), while
+    one writing an output is bound every call (new output arrays). This runs on every
+    call of a program with mapped launches, so the inputs are visited once and, when none
+    moved, only the launches writing outputs are (causal attention: four GEMMs read two
+    mapped inputs, one kernel writes the output)."""
     bound.mapped_sources = None  # until every launch is bound to these
+    addresses = _mapped_addresses(bound, srcs, data_ptrs, streamed, launches.positions)
+    last = bound.mapped_addresses
     numel = bound.layout.numel
-    for step in steps:
-        ins = [srcs[p] for p in step.inputs]
-        outs = [output_array(bound, host_outputs[pos], buffer) for pos, buffer in step.outputs]
-        last = bound.mapped_arrays.get(step.index)
-        same_inputs = last is not None and all(a is b for a, b in zip(ins, last))
-        if same_inputs and not outs:
+    for step in launches.steps if addresses != last else launches.writing:
+        if not step.outputs and all(addresses[p] == last.get(p) for p in step.inputs):
             continue
-        if not same_inputs:
-            for p, host in zip(step.inputs, ins):
-                plan = streamed[p]
-                check_mapped("input", plan.index, plan.buffer, host,
-                             bound.mapped_dtypes[plan.buffer], numel[plan.buffer],
-                             plan.placement is Placement.MAPPED_UPDATE)
-            bound.mapped_arrays[step.index] = ins
-        for (pos, buffer), host in zip(step.outputs, outs):
+        hosts = {streamed[p].buffer: srcs[p].reshape(-1) for p in step.inputs}
+        for pos, buffer in step.outputs:
+            host = output_array(bound, host_outputs[pos], buffer)
             check_mapped("output", pos, buffer, host, bound.mapped_dtypes[buffer],
                          numel[buffer], written=True)
-        key = tuple(data_ptr(streamed[p].index, host, data_ptrs)
-                    for p, host in zip(step.inputs, ins))
-        if outs or bound.mapped_keys.get(step.index) != key:
             # kernels take flat arrays: a view of the (checked C-contiguous) host array;
-            # the inputs' addresses are known (an output's is read by a kernel that needs
-            # it: numba's dispatcher does not)
-            hosts = {streamed[p].buffer: host.reshape(-1) for p, host in zip(step.inputs, ins)}
-            hosts.update((buffer, host.reshape(-1))
-                         for (_, buffer), host in zip(step.outputs, outs))
-            bind(step.index, hosts, {streamed[p].buffer: a for p, a in zip(step.inputs, key)})
-            bound.mapped_keys[step.index] = key
+            # an output's address is read by a kernel that needs it (numba's dispatcher
+            # does not)
+            hosts[buffer] = host.reshape(-1)
+        bind(step.index, hosts, {streamed[p].buffer: addresses[p] for p in step.inputs})
+    bound.mapped_addresses = addresses
     # with no mapped output, the next call on these very arrays binds nothing (the
     # launches hold these arrays already: remembering them keeps nothing else alive)
-    bound.mapped_sources = None if any(step.outputs for step in steps) else \
+    bound.mapped_sources = None if launches.writing else \
         [host for host, plan in zip(srcs, streamed) if plan.placement in MAPPED]
+
+
+def _mapped_addresses(bound: Any, srcs: Sequence[np.ndarray], data_ptrs: Sequence[int] | None,
+                      streamed: Sequence[InputPlan], positions: Sequence[int]
+                      ) -> dict[int, int]:
+    """Streamed position -> data address (bytes) of the mapped input there, for each of
+    ``positions``; an array not seen there at the last call is checked first
+    (:func:`check_mapped`)."""
+    checked = bound.mapped_checked
+    numel = bound.layout.numel
+    addresses: dict[int, int] = {}
+    for p in positions:
+        host, plan = srcs[p], streamed[p]
+        if checked.get(p) is not host:
+            check_mapped("input", plan.index, plan.buffer, host,
+                         bound.mapped_dtypes[plan.buffer], numel[plan.buffer],
+                         plan.placement is Placement.MAPPED_UPDATE)
+            checked[p] = host
+        addresses[p] = data_ptr(plan.index, host, data_ptrs)
+    return addresses
 
 
 def bound_to(bound: Any, mapped: Sequence[Any]) -> bool:

@@ -126,11 +126,12 @@ class BoundWorkspace:
     layout: Any
     #: ``input_dsts`` in the shapes of the host arrays copied into them (first call)
     shaped_dsts: list[np.ndarray | None] | None = None
-    #: step index -> the host data pointers (bytes) its host-mapped launch is bound to
-    mapped_keys: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    #: step index -> the host arrays its mapped launch was last checked on (the same
-    #: array objects again need no check: a numpy array keeps its layout)
-    mapped_arrays: dict[int, list[np.ndarray]] = field(default_factory=dict)
+    #: streamed position -> the data address (bytes) of the mapped input the launches
+    #: reading it are bound to
+    mapped_addresses: dict[int, int] = field(default_factory=dict)
+    #: streamed position -> the host array last checked there (the same array object
+    #: again needs no check: a numpy array keeps its layout)
+    mapped_checked: dict[int, np.ndarray] = field(default_factory=dict)
     #: every streamed input's host array at the last call that bound the mapped launches
     #: (the same array objects again, and no mapped output, bind nothing)
     mapped_sources: list[Any] | None = None

@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import simaccel.runtime.program as program_module
 from simaccel.errors import SimAccelError
-from simaccel.runtime.hostmap import place_mapped_outputs
+from simaccel.runtime.hostmap import place_mapped_inputs, place_mapped_outputs
 from simaccel.runtime.program import Program
 from simaccel.runtime.replay import Replay
 from simaccel.runtime.spec import (BufferDecl, HostStep, InputPlan, LaunchStep, OutputDecl,
@@ -33,11 +34,15 @@ def steps(extra: tuple = ()) -> list:
 
 def make_spec(program_steps: list, outputs: tuple[OutputDecl, ...] | None = None,
               min_bytes: int = MIN_BYTES, contiguous_host: bool = True,
-              library: tuple[str, ...] = ()) -> ProgramSpec:
+              library: tuple[str, ...] = (), map_input: bool = False) -> ProgramSpec:
+    """A spec whose output ``y`` is placed as the compile-time decision places it (and,
+    ``map_input``, its input ``x`` too)."""
     buffers = {name: BufferDecl(name, "float32", N, "input" if name == "x" else "temp")
                for name in ("x", "t", "y", "z")}
     outs = outputs or (OutputDecl("y", (N,), (1,), 0, "float32"),)
     inputs = (InputPlan(0, "x", Placement.COPIED, "float32", True, True),)
+    if map_input:
+        inputs = place_mapped_inputs(inputs, program_steps, (), {"x": N * 4}, min_bytes)
     outs = place_mapped_outputs(outs, program_steps, inputs,
                                 {n: b.numel for n, b in buffers.items()},
                                 {n: 4 for n in buffers}, [contiguous_host] * len(outs),
@@ -67,6 +72,30 @@ def test_a_large_output_is_written_in_place_and_never_copied():
     assert copied.device.dma_stats()["d2h.mapped_bytes"] == 0
     stats = device.runtime_stats()
     assert stats["replayed_calls"] == 3 and stats["kernel_launches"] == 8
+
+
+def test_each_call_binds_the_output_kernel_and_an_input_kernel_only_when_it_moved(
+        monkeypatch):
+    """The kernel writing the mapped output is bound to every call's new output array;
+    the one reading the mapped input stays bound while the input's address stays (a new
+    view of the same memory included) and is bound again when it moves."""
+    program = Program(make_device(), make_spec(steps(), map_input=True))
+    assert program.spec.inputs[0].placement is Placement.MAPPED
+    assert program.spec.outputs[0].mapped
+    binds = []
+    real_bind = program_module.bind_launch
+    monkeypatch.setattr(program_module, "bind_launch",
+                        lambda fn, *rest: binds.append(fn.__name__) or real_bind(fn, *rest))
+    x = aligned(np.arange(N, dtype=np.float32))
+    for view in (x, x, x.view(), x.reshape(32, 32)):
+        np.testing.assert_array_equal(run(program, view).reshape(-1), x * 2.0 + 1.0)
+    assert binds == ["double"] + ["add_one"] * 4
+    moved = aligned(np.arange(N, dtype=np.float32) - 5.0)
+    np.testing.assert_array_equal(run(program, moved), moved * 2.0 + 1.0)
+    np.testing.assert_array_equal(run(program, x), x * 2.0 + 1.0)
+    assert binds[5:] == ["double", "add_one", "double", "add_one"]
+    assert program.device.dma_stats()["h2d.mapped_bytes"] == 6 * N * 4
+    assert program.device.dma_stats()["d2h.mapped_bytes"] == 6 * N * 4
 
 
 def test_replayed_calls_equal_general_calls():
