@@ -44,6 +44,20 @@ _ONEDNN_LINEAR = (torch.ops.mkldnn._linear_pointwise.default
 #: m256 k512 n2048 0.68, m8 k2048 n512 0.48.
 ONEDNN_MIN_MACS = 1 << 24
 
+#: oneDNN's reorder of a linear layer's weight into its blocked layout for a given batch
+#: (``torch.ops.mkldnn._reorder_linear_weight``, what inductor's freezing pass does to
+#: constant weights); the inner product on the reordered weight gives the same bits
+_ONEDNN_REORDER = (torch.ops.mkldnn._reorder_linear_weight.default
+                   if _ONEDNN_LINEAR is not None else None)
+
+#: launches on a resident weight whose contents did not change before the inner product
+#: reads a reordered copy. The reorder costs 2-4 products (290 us for a 2048x512 weight,
+#: 680 us for 512x2048; each product on it then saves 100-200 us: 737 against 829-954 us
+#: for the MLP's products, median of 5 rounds, ``/tmp/prof/gemm_kn.py`` in the session
+#: notes), so a weight an optimizer changes every step is never reordered and one that
+#: stays (inference) is from its third product on.
+REORDER_AFTER = 2
+
 
 def _matrices(buf: np.ndarray, offset: int, batch: int, rows: int, cols: int,
               batch_stride: int, transposed: bool) -> np.ndarray:
@@ -64,6 +78,11 @@ class Gemm:
     tensors viewing the device buffers are made then, so a launch is the BLAS call alone
     (making the three views costs ~10-20 us, as much as a small GEMM's own time)."""
 
+    #: a program passes each launch's resident operands to :meth:`bind`
+    #: (:func:`~simaccel.runtime.group.bind_launch`): a linear layer's resident weight is
+    #: read as a reordered copy once it stops changing (:class:`ResidentWeightLinear`)
+    keeps_derived = True
+
     def __init__(self, dtype: torch.dtype | None = None) -> None:
         #: the operands' torch dtype where the buffers hold its bits as another numpy
         #: dtype (bfloat16 as int16); None: the buffers' own
@@ -75,9 +94,11 @@ class Gemm:
 
     def bind(self, out: np.ndarray, a: np.ndarray, b: np.ndarray, batch: int, m: int,
              k: int, n: int, a_off: int, a_bs: int, b_off: int, b_bs: int, a_t: int,
-             b_t: int, addresses: Any = None) -> Callable[[], Any]:
+             b_t: int, addresses: Any = None, operands: Any = None) -> Callable[[], Any]:
         """The launch on these buffers as a zero-argument call (``addresses``: unused;
-        the tensors keep their arrays, so their memory stays alive while it is bound)."""
+        the tensors keep their arrays, so their memory stays alive while it is bound).
+        ``operands``: per buffer, its :class:`~simaccel.runtime.resident.ResidentOperand`
+        where it is a resident input no step writes, else None."""
         if m == 0 or n == 0 or batch == 0:
             return _nothing
         o, lhs, rhs = self._views(out, a, b, batch, m, k, n, a_off, a_bs, b_off, b_bs, a_t,
@@ -86,6 +107,9 @@ class Gemm:
             return o.zero_
         if batch == 1:  # 2-D views (squeezed in numpy, ~1 us cheaper than in torch)
             if self._inner_product_wins(o, m, k, n, a_t, b_t):
+                weight = operands[2] if operands is not None else None
+                if weight is not None and _ONEDNN_REORDER is not None:
+                    return ResidentWeightLinear(lhs, rhs.t(), o, weight)
                 return functools.partial(_inner_product, lhs, rhs.t(), o)
             return functools.partial(torch.mm, lhs, rhs, out=o)
         return functools.partial(torch.bmm, lhs, rhs, out=o)
@@ -141,8 +165,8 @@ class GemmBias(Gemm):
 
     def bind(self, out: np.ndarray, a: np.ndarray, b: np.ndarray,  # type: ignore[override]
              bias: np.ndarray, batch: int, m: int, k: int, n: int, a_off: int, a_bs: int,
-             b_off: int, b_bs: int, a_t: int, b_t: int, addresses: Any = None
-             ) -> Callable[[], Any]:
+             b_off: int, b_bs: int, a_t: int, b_t: int, addresses: Any = None,
+             operands: Any = None) -> Callable[[], Any]:
         if m == 0 or n == 0:
             return _nothing
         o, lhs, rhs = self._views(out, a, b, 1, m, k, n, a_off, 0, b_off, 0, a_t, b_t)
@@ -154,6 +178,43 @@ def _inner_product(lhs: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -
     The primitive returns a new tensor; copying it into the device buffer costs ~10 us
     for 512 KiB, less than what the primitive saves on the products it is chosen for."""
     out.copy_(_ONEDNN_LINEAR(lhs, weight, None, "none", [], ""))
+
+
+class ResidentWeightLinear:
+    """The launch of ``out = lhs @ weight.T`` by oneDNN's inner product where ``weight``
+    ((n, k) row-major, device memory) holds a resident input no step writes (``operand``:
+    its :class:`~simaccel.runtime.resident.ResidentOperand`).
+
+    Once the weight's device copy has kept its contents for :data:`REORDER_AFTER`
+    launches, the weight is reordered into oneDNN's blocked layout for this batch, in
+    device memory the operand reserves, and the product reads that copy (the same bits
+    out). An upload of new contents makes the copy stale: it is dropped, its memory given
+    back, and the count starts again. A device without room for the copy keeps the plain
+    weight."""
+
+    __slots__ = ("lhs", "weight", "out", "operand", "key", "runs", "reordered")
+
+    def __init__(self, lhs: torch.Tensor, weight: torch.Tensor, out: torch.Tensor,
+                 operand: Any) -> None:
+        self.lhs, self.weight, self.out, self.operand = lhs, weight, out, operand
+        self.key: Any = None
+        self.runs = 0
+        self.reordered: torch.Tensor | None = None
+
+    def __call__(self) -> None:
+        key = self.operand.content()
+        if key is None or key != self.key:
+            if self.reordered is not None:
+                self.reordered = None
+                self.operand.release()
+            self.key, self.runs = key, 0
+        elif self.reordered is None and self.runs < REORDER_AFTER:
+            self.runs += 1
+            if self.runs == REORDER_AFTER and self.operand.reserve(
+                    self.weight.numel() * self.weight.element_size()):
+                self.reordered = _ONEDNN_REORDER(self.weight, self.lhs.shape[0])
+        weight = self.weight if self.reordered is None else self.reordered
+        self.out.copy_(_ONEDNN_LINEAR(self.lhs, weight, None, "none", [], ""))
 
 
 def _nothing() -> None:

@@ -18,8 +18,8 @@ from simaccel.runtime.memory import CachingAllocator, DeviceMemory
 #: runtime counters that always appear in runtime_stats(), even when zero.
 RUNTIME_KEYS = ("kernel_launches", "host_fallback_ops", "graphs_compiled", "kernels_compiled",
                 "kernel_cache_hits", "kernel_memory_hits", "calls", "replayed_calls",
-                "resident_uploads",
-                "resident_bytes", "kernel_wall_ns", "size_readbacks")
+                "resident_uploads", "resident_bytes", "kernel_wall_ns", "size_readbacks",
+                "derived_operands", "derived_operand_bytes")
 
 
 class CallCounts:
@@ -136,7 +136,9 @@ class Device:
         """Counters: ``kernel_launches``, ``host_fallback_ops``, ``graphs_compiled``,
         ``kernels_compiled`` (numba compiled), ``kernel_cache_hits`` (loaded from the
         on-disk cache), ``kernel_memory_hits`` (reused in this process), ``calls``,
-        ``replayed_calls`` (those that replayed their binding's recorded call)..."""
+        ``replayed_calls`` (those that replayed their binding's recorded call),
+        ``derived_operands`` / ``derived_operand_bytes`` (device copies library kernels
+        made of resident inputs: a reordered GEMM weight)..."""
         with self._lock:
             stats = {k: 0 for k in RUNTIME_KEYS}
             stats.update({k: v for k, v in self._counters.items() if not k.startswith("dma_prev.")})

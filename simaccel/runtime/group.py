@@ -107,13 +107,18 @@ RECORD_AFTER = 3
 
 
 def bind_launch(fn: Callable[..., Any], args: list[Any],
-                addresses: list[int | None] | None = None) -> Callable[[], Any]:
+                addresses: list[int | None] | None = None,
+                operands: list[Any] | None = None) -> Callable[[], Any]:
     """``fn`` launched on ``args`` as a zero-argument call, made once per workspace and
     size tuple (the views never change while it is cached); a kernel that can pre-convert
     its arguments (a native object: C pointers; a group: its parts) does so in its
     ``bind``, given the data ``addresses`` (bytes) of the array arguments the caller
-    knows."""
+    knows. ``operands``: per array argument, its
+    :class:`~simaccel.runtime.resident.ResidentOperand` or None, for a kernel that keeps
+    derived forms of resident inputs (``fn.keeps_derived``)."""
     bind = getattr(fn, "bind", None)
     if bind is None:
         return functools.partial(fn, *args)
+    if operands is not None:
+        return bind(*args, addresses=addresses, operands=operands)
     return bind(*args, addresses=addresses) if addresses is not None else bind(*args)

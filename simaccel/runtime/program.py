@@ -34,7 +34,7 @@ from simaccel.runtime.hostmap import (MAPPED, bind_mapped, bound_to, mapped_step
 from simaccel.runtime.memory import Block
 from simaccel.runtime.layout import MAX_LAYOUTS, Layouts, SizedLayout, output_view
 from simaccel.runtime.replay import record as record_replay
-from simaccel.runtime.resident import BoundWorkspace, ResidentState
+from simaccel.runtime.resident import BoundWorkspace, ResidentState, step_operands
 from simaccel.runtime.sizes import size_reader
 from simaccel.runtime.spec import (BufferDecl, HostStep, InputPlan, LaunchStep, OutputDecl,
                                    Placement, ProgramSpec, Step)
@@ -86,6 +86,8 @@ class Program:
         #: resident inputs the program writes in place (an input mutation)
         self._resident_written = tuple(p for p in self._resident_inputs
                                        if p.index in spec.writebacks)
+        #: the resident inputs no call changes on the device (a kernel may derive forms)
+        self._stable = {p.buffer for p in self._resident_inputs if p not in self._resident_written}
         #: inputs moved in every call (copied, mapped, updated in host memory), in order
         self._streamed = spec.inputs_placed(Placement.COPIED, *MAPPED)
         self._mapped_indices = [p.index for p in self._streamed if p.placement in MAPPED]
@@ -279,8 +281,8 @@ class Program:
             if block is None:
                 return 0
             self._state.allocator.free(block)
-            self._bound.clear()
-            return block.size
+            self._bound.clear()  # and with its launches, their derived operands
+            return block.size + self._state.release_derived()
         finally:
             self._lock.release()
 
@@ -308,8 +310,7 @@ class Program:
         memory, numel = self.device.memory, layout.numel
         fixed_views, fixed_addresses = self._state.fixed_views(self._bank)
         views: dict[str, np.ndarray] = dict(fixed_views)
-        # data addresses of the workspace views, known from their offsets (reading them
-        # back from numpy costs ~2 us a view, and a new size tuple rebinds every launch)
+        # workspace addresses from the offsets (numpy reads one back in ~2 us a view)
         base = memory.address + block.offset
         addresses: dict[str, int] = dict(fixed_addresses)
         for name, off in layout.plan.offsets.items():
@@ -317,12 +318,11 @@ class Program:
             views[name] = memory.view(block.offset + off, np.dtype(decl.dtype), numel[name])
             addresses[name] = base + off
         mapped = {step.index for step in self._mapped_steps}
-        launches = [unbound_mapped_launch if k in mapped else
-                    bind_launch(step.fn, self._launch_args(k, [views[b] for b in step.buffers],
-                                                     layout),
-                          [addresses.get(b) for b in step.buffers])
-                    if isinstance(step, LaunchStep) else None
-                    for k, step in enumerate(self.spec.steps)]
+        launches = [unbound_mapped_launch if k in mapped else bind_launch(
+            step.fn, self._launch_args(k, [views[b] for b in step.buffers], layout),
+            [addresses.get(b) for b in step.buffers],
+            step_operands(self._state, step, self._stable, self.device.count))
+            if isinstance(step, LaunchStep) else None for k, step in enumerate(self.spec.steps)]
         updated = {buffer for _, buffer in self._updated}  # written in host memory
         outputs = [(k, output_view(views[out.buffer], *layout.outputs[k]), out.buffer)
                    for k, out in enumerate(self.spec.outputs)

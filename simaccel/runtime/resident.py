@@ -8,6 +8,7 @@ workspace block is: buffer views, output and input copy lists, bound kernel laun
 """
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -45,6 +46,9 @@ class ResidentState:
     held: dict[int, Any] | None = None
     #: (the views they were made from, views, addresses) of :meth:`fixed_views`
     _fixed: tuple[tuple, dict[str, np.ndarray], dict[str, int]] | None = None
+    #: owner (a launch step's name) -> the device block its derived form of a resident
+    #: input occupies (:class:`ResidentOperand`)
+    derived: dict[str, Block] = field(default_factory=dict)
 
     def changed(self, plans: Any, keys: dict[int, Any]) -> list[Any]:
         """The resident input ``plans`` whose content key in ``keys`` (argument index ->
@@ -91,8 +95,8 @@ class ResidentState:
         """Give every block back to the allocator it came from and forget the views;
         returns the bytes the blocks held."""
         allocator = self.allocator
-        blocks = [b for b in (self.block, self.workspace, *self.input_blocks.values())
-                  if b is not None]
+        blocks = [b for b in (self.block, self.workspace, *self.input_blocks.values(),
+                              *self.derived.values()) if b is not None]
         for block in blocks:
             if allocator is not None:
                 try:
@@ -101,10 +105,73 @@ class ResidentState:
                     pass
         self.allocator = self.block = self.workspace = self.bank = self.size_bank = None
         self.input_blocks.clear()
+        self.derived.clear()
         self.views.clear()
         self.keys.clear()
         self.held = self._fixed = None
         return sum(b.size for b in blocks)
+
+    def operand(self, buffer: str, owner: str, count: Callable[[str, int], None]
+                ) -> ResidentOperand:
+        """The :class:`ResidentOperand` of resident input ``buffer`` for the launch step
+        ``owner``; ``count(key, n)`` counts its reservations in the device's stats."""
+        return ResidentOperand(functools.partial(self.keys.get, buffer),
+                               functools.partial(self._reserve, owner, count),
+                               functools.partial(self._release, owner))
+
+    def _reserve(self, owner: str, count: Callable[[str, int], None], nbytes: int) -> bool:
+        block = self.derived.get(owner)
+        if block is not None and block.size >= nbytes:
+            return True
+        self._release(owner)
+        block = self.allocator.try_malloc(nbytes) if self.allocator is not None else None
+        if block is None:
+            return False
+        self.derived[owner] = block
+        count("derived_operands", 1)
+        count("derived_operand_bytes", nbytes)
+        return True
+
+    def release_derived(self) -> int:
+        """Give back the memory of every derived operand (the launches holding them were
+        dropped); returns the bytes freed."""
+        blocks = list(self.derived.values())
+        for owner in list(self.derived):
+            self._release(owner)
+        return sum(b.size for b in blocks)
+
+    def _release(self, owner: str) -> None:
+        block = self.derived.pop(owner, None)
+        if block is not None and self.allocator is not None:
+            self.allocator.free(block)
+
+
+def step_operands(state: ResidentState, step: Any, stable: set[str],
+                  count: Callable[[str, int], None]) -> list[ResidentOperand | None] | None:
+    """Per buffer of launch ``step``, its :class:`ResidentOperand` where it is one of the
+    ``stable`` resident inputs (no step writes them), for a kernel that keeps derived
+    forms of such inputs (``step.fn.keeps_derived``); None for any other kernel."""
+    if not getattr(step.fn, "keeps_derived", False):
+        return None
+    return [state.operand(b, step.name, count) if b in stable else None for b in step.buffers]
+
+
+@dataclass(frozen=True)
+class ResidentOperand:
+    """A kernel argument holding a resident input no step of its program writes, as a
+    library kernel that keeps a derived form of it sees it (oneDNN's blocked copy of a
+    linear layer's weight: :class:`simaccel.codegen.library.Gemm`).
+
+    ``content()``: the content key of the buffer's device copy now (it changes with every
+    upload of new contents; None: unknown), so the kernel knows when its form is stale.
+    ``reserve(nbytes)``: device memory for the form, as a real device would hold it;
+    False when the device has no room (the kernel then reads the plain operand).
+    ``release()``: give that memory back (the form went stale). A reservation is kept
+    until released or the program's device memory is freed."""
+
+    content: Callable[[], Any]
+    reserve: Callable[[int], bool]
+    release: Callable[[], None]
 
 
 @dataclass

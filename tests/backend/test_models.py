@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 
 import pytest
 import torch
@@ -109,4 +110,78 @@ def test_a_wide_linear_layer_runs_as_the_inner_product_and_equals_eager(monkeypa
     # stay on torch.mm
     assert calls == [((64, 512), (1024, 512)), ((64, 1024), (512, 1024)),
                      ((64, 512), (1024, 512))]
+    assert_ran_on_device()
+
+
+def test_an_unchanging_wide_weight_is_read_reordered_and_a_changed_one_as_it_is(monkeypatch):
+    """Inference: once a wide linear layer's resident weight has kept its contents for
+    ``REORDER_AFTER`` calls, the inner product reads oneDNN's reordered copy, held in
+    device memory the program reserves, and still equals eager. Changing a weight in
+    place drops its copy (the memory goes back) and the next call reads the new weight;
+    the copy comes back once the weight stays. Deleting the model frees it all."""
+    from simaccel.codegen import library
+    reordered = []
+    primitive = library._ONEDNN_LINEAR
+    monkeypatch.setattr(library, "_ONEDNN_LINEAR",
+                        lambda *a: reordered.append(a[1].is_mkldnn) or primitive(*a))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(),
+                                torch.nn.Linear(1024, 512)).eval()
+    device = simaccel.get_device()
+    gc.collect()
+    baseline = device.memory_stats()["allocated_bytes.all.current"]
+    compiled = torch.compile(model, backend="simaccel", dynamic=False)
+    x = torch.randn(64, 512)
+    weight_bytes = 512 * 1024 * 4
+
+    def call() -> tuple[list[bool], int, int]:
+        reordered.clear()
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+        return (list(reordered), device.runtime_stats()["derived_operands"],
+                device.memory_stats()["allocated_bytes.all.current"])
+    for _ in range(library.REORDER_AFTER):
+        assert call()[:2] == ([False, False], 0)
+    used, count, held = call()
+    assert used == [True, True] and count == 2
+    with torch.no_grad():
+        model[0].weight.mul_(-1.0)
+    used, count, after_change = call()
+    assert used == [False, True] and count == 2
+    assert held - after_change >= weight_bytes  # the stale copy's memory went back
+    for _ in range(library.REORDER_AFTER - 1):
+        call()
+    used, count, again = call()
+    assert used == [True, True] and count == 3 and again == held
+    assert_ran_on_device()
+    del compiled
+    torch._dynamo.reset()
+    gc.collect()
+    assert device.memory_stats()["allocated_bytes.all.current"] == baseline
+
+
+def test_weights_an_optimizer_changes_every_step_are_never_reordered(monkeypatch):
+    """Training: the forward's products read the resident weights the optimizer changes
+    every step, so no reordered copy is made (its cost would come back every step)."""
+    from simaccel.codegen import library
+    made = []
+    launch = library.ResidentWeightLinear
+    monkeypatch.setattr(library, "ResidentWeightLinear",
+                        lambda *a: made.append(launch(*a)) or made[-1])
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(),
+                                torch.nn.Linear(1024, 512))
+    twin = copy.deepcopy(model)
+    opt, opt_ref = (torch.optim.SGD(m.parameters(), lr=0.01) for m in (model, twin))
+    step = torch.compile(lambda x: model(x).square().mean(), backend="simaccel")
+    for _ in range(4):
+        x = torch.randn(64, 512)
+        for o, loss in ((opt, step(x)), (opt_ref, twin(x).square().mean())):
+            o.zero_grad()
+            loss.backward()
+            o.step()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    assert len(made) == 2 and all(m.reordered is None and m.runs == 0 for m in made)
+    assert simaccel.get_device().runtime_stats()["derived_operands"] == 0
     assert_ran_on_device()
