@@ -67,6 +67,16 @@ class _ForArrays(ast.NodeTransformer):
         name = "lib.logical_and" if isinstance(node.op, ast.And) else "lib.logical_or"
         return _call(name, node.values)
 
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        # a chained comparison is an ``and`` of its links, which arrays cannot take
+        # (kernel expressions are pure: the middle operands are evaluated twice)
+        self.generic_visit(node)
+        if len(node.ops) == 1:
+            return node
+        operands = [node.left, *node.comparators]
+        return _call("lib.logical_and", [ast.Compare(left, [op], [right]) for left, op, right
+                                         in zip(operands, node.ops, operands[1:])])
+
     def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
         self.generic_visit(node)
         if isinstance(node.op, ast.Not):

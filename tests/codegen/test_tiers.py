@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten
 
 import simaccel
@@ -71,6 +72,11 @@ CASES: dict[str, tuple[dict, Any, Any, tuple[str, ...]]] = {
                                                                       dtype=torch.int64),
                                         torch.tensor([3, 0, 1, 3])), None, ()),
     "constants": (ops.CONSTANTS, lambda: (ops.randn(6, 8),), None, ()),
+    # loads guarded by chained bounds (``0 <= i - 2 < 8``): an ``and`` arrays cannot take
+    "padding": ({"pad_last": lambda x: F.pad(x, (2, 3), value=-1.5),
+                 "pad_rows": lambda x: F.pad(x, (0, 0, 1, 2)),
+                 "cat": lambda x: torch.cat([x, x * 2.0], 1)},
+                lambda: (ops.randn(6, 8),), None, ()),
 }
 
 
