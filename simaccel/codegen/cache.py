@@ -47,11 +47,13 @@ except ImportError:  # pragma: no cover - not POSIX: processes compile independe
 
 from simaccel.cachedir import default_cache_dir, ensure_private_dir, write_atomic
 from simaccel.codegen import native, numba_files
+from simaccel.codegen.numba_index_lock import install as _lock_numba_index_saves
 from simaccel.codegen.threads import start_kernel_threads
 from simaccel.errors import KernelCompileError
 from simaccel.guards.dynamo import megacache
 
 log = logging.getLogger("simaccel.codegen")
+_lock_numba_index_saves()  # before any compile worker forks (numba_index_lock)
 
 _HASH_CHARS = 24
 #: the file names a Mega-Cache artifact may write: a kernel module or its native object

@@ -1,0 +1,59 @@
+"""One writer at a time for a numba cache index, across processes.
+
+numba saves a newly compiled signature of a ``cache=True`` function by reading the
+function's index (``<function>.nbi``: signature -> data file), choosing the first data
+file name the index does not use, writing the index back, then writing the data
+(``<function>.<n>.nbc``). Two processes saving two signatures of one function at once
+both read the same index and both choose ``.1.nbc``: the last index written names one
+signature, the last data written may be the other's, and every later process then loads
+that code for the wrong argument types. simaccel's compile workers do exactly this when
+two of them compile kernels calling one helper of :mod:`.kernel_lib` with different types
+on an empty cache (numba issue #10128 reports the same race on GUFunc caches).
+
+:func:`install` makes a save hold an exclusive ``flock`` on ``<index>.lock`` from reading
+the index to writing the data, so the second writer reads the first one's index and
+picks the next name. Loading is unchanged: a reader that meets an index entry whose data
+is not written yet finds no file and compiles, as numba does for any missing entry.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from numba.core.caching import IndexDataCacheFile
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: saves stay as numba makes them
+    fcntl = None  # type: ignore[assignment]
+
+
+def install() -> None:
+    """Make numba's index saves exclusive across processes (once per process)."""
+    if fcntl is None or getattr(IndexDataCacheFile, "_simaccel_locked", False):
+        return
+    save = IndexDataCacheFile.save
+
+    def locked_save(self: IndexDataCacheFile, key: Any, data: Any) -> None:
+        with _held(self._index_path + ".lock"):
+            save(self, key, data)
+    IndexDataCacheFile.save = locked_save  # type: ignore[method-assign]
+    IndexDataCacheFile._simaccel_locked = True  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def _held(path: str) -> Iterator[None]:
+    """Hold the exclusive lock on ``path`` (created if missing). A folder numba cannot
+    write in either: the save goes on unlocked and numba reports its own failure."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
