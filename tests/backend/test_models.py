@@ -66,20 +66,26 @@ def test_training_step_gradients_equal_eager(name, make, shape):
     assert_ran_on_device()
 
 
-def test_optimizer_loop_matches_eager():
-    torch.manual_seed(0)
-    model, twin = mlp(), None
+def train_beside_eager(model: torch.nn.Module, shape: tuple[int, ...], steps: int, lr: float,
+                       rtol: float, atol: float) -> None:
+    """``steps`` SGD steps of ``model`` with its loss compiled, beside an eager copy on
+    the same inputs; the parameters must stay equal."""
     twin = copy.deepcopy(model)
-    opt, opt_ref = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin))
+    opt, opt_ref = (torch.optim.SGD(m.parameters(), lr=lr) for m in (model, twin))
     step = torch.compile(lambda x: model(x).square().mean(), backend="simaccel")
-    for _ in range(3):
-        x = torch.randn(8, 16)
+    for _ in range(steps):
+        x = torch.randn(*shape)
         for o, loss in ((opt, step(x)), (opt_ref, twin(x).square().mean())):
             o.zero_grad()
             loss.backward()
             o.step()
     for p, q in zip(model.parameters(), twin.parameters()):
-        torch.testing.assert_close(p, q, rtol=RTOL, atol=ATOL)
+        torch.testing.assert_close(p, q, rtol=rtol, atol=atol)
+
+
+def test_optimizer_loop_matches_eager():
+    torch.manual_seed(0)
+    train_beside_eager(mlp(), (8, 16), 3, 0.1, RTOL, ATOL)
 
 
 def test_a_wide_linear_layer_runs_as_the_inner_product_and_equals_eager(monkeypatch):
@@ -171,17 +177,7 @@ def test_weights_an_optimizer_changes_every_step_are_never_reordered(monkeypatch
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(),
                                 torch.nn.Linear(1024, 512))
-    twin = copy.deepcopy(model)
-    opt, opt_ref = (torch.optim.SGD(m.parameters(), lr=0.01) for m in (model, twin))
-    step = torch.compile(lambda x: model(x).square().mean(), backend="simaccel")
-    for _ in range(4):
-        x = torch.randn(64, 512)
-        for o, loss in ((opt, step(x)), (opt_ref, twin(x).square().mean())):
-            o.zero_grad()
-            loss.backward()
-            o.step()
-    for p, q in zip(model.parameters(), twin.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    train_beside_eager(model, (64, 512), 4, 0.01, 1e-4, 1e-5)
     assert len(made) == 2 and all(m.reordered is None and m.runs == 0 for m in made)
     assert simaccel.get_device().runtime_stats()["derived_operands"] == 0
     assert_ran_on_device()
