@@ -86,8 +86,9 @@ class Program:
         #: resident inputs the program writes in place (an input mutation)
         self._resident_written = tuple(p for p in self._resident_inputs
                                        if p.index in spec.writebacks)
-        #: the resident inputs no call changes on the device (a kernel may derive forms)
-        self._stable = {p.buffer for p in self._resident_inputs if p not in self._resident_written}
+        #: resident inputs no call changes, a kernel may derive forms of (static shapes)
+        self._stable = set() if spec.symbols else {
+            p.buffer for p in self._resident_inputs if p not in self._resident_written}
         #: inputs moved in every call (copied, mapped, updated in host memory), in order
         self._streamed = spec.inputs_placed(Placement.COPIED, *MAPPED)
         self._mapped_indices = [p.index for p in self._streamed if p.placement in MAPPED]
@@ -339,8 +340,7 @@ class Program:
         return bound
 
     def _launch_args(self, k: int, arrays: list[np.ndarray], layout: SizedLayout) -> list:
-        """Step ``k``'s kernel arguments: its arrays, its parameters at these sizes, the
-        size bank slots it reads."""
+        """Step ``k``'s kernel arguments: its arrays, parameters at these sizes, size slots."""
         return [*arrays, *layout.params[k], *self._slots[k]]
 
     def _execute(self, bound: BoundWorkspace, args: list[Any], host_outputs: list[Any],

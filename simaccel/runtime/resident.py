@@ -150,7 +150,9 @@ def step_operands(state: ResidentState, step: Any, stable: set[str],
                   count: Callable[[str, int], None]) -> list[ResidentOperand | None] | None:
     """Per buffer of launch ``step``, its :class:`ResidentOperand` where it is one of the
     ``stable`` resident inputs (no step writes them), for a kernel that keeps derived
-    forms of such inputs (``step.fn.keeps_derived``); None for any other kernel."""
+    forms of such inputs (``step.fn.keeps_derived``); None for any other kernel. The
+    program passes no stable inputs over dynamic sizes: each size tuple's binding would
+    keep a form of its own while the reservation is one per step."""
     if not getattr(step.fn, "keeps_derived", False):
         return None
     return [state.operand(b, step.name, count) if b in stable else None for b in step.buffers]

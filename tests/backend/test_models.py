@@ -166,6 +166,21 @@ def test_an_unchanging_wide_weight_is_read_reordered_and_a_changed_one_as_it_is(
     assert device.memory_stats()["allocated_bytes.all.current"] == baseline
 
 
+def test_a_wide_weight_is_read_as_it_is_over_dynamic_batch_sizes():
+    """Over dynamic sizes each batch size binds its own launches: no reordered copies
+    (one reservation per launch step could not account for them)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(),
+                                torch.nn.Linear(1024, 512)).eval()
+    compiled = torch.compile(model, backend="simaccel", dynamic=True)
+    with torch.no_grad():
+        for batch in (64, 48, 64, 64, 64, 48):
+            x = torch.randn(batch, 512)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    assert simaccel.get_device().runtime_stats()["derived_operands"] == 0
+    assert_ran_on_device()
+
+
 def test_weights_an_optimizer_changes_every_step_are_never_reordered(monkeypatch):
     """Training: the forward's products read the resident weights the optimizer changes
     every step, so no reordered copy is made (its cost would come back every step)."""
