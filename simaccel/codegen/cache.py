@@ -53,7 +53,6 @@ from simaccel.errors import KernelCompileError
 from simaccel.guards.dynamo import megacache
 
 log = logging.getLogger("simaccel.codegen")
-_lock_numba_index_saves()  # before any compile worker forks (numba_index_lock)
 
 _HASH_CHARS = 24
 #: the file names a Mega-Cache artifact may write: a kernel module or its native object
@@ -162,6 +161,7 @@ class KernelCache:
 
     def _load_with_numba(self, path: Path, source: str, digest: str, signature: tuple,
                          key: tuple[str, ...]) -> tuple[Callable[..., Any], str]:
+        _lock_numba_index_saves()  # before numba compiles (and saves) any helper
         numba_sig = numba_signature(signature)
         try:
             fn, origin = self._import_and_compile(path, digest, numba_sig)

@@ -22,8 +22,6 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from numba.core.caching import IndexDataCacheFile
-
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX: saves stay as numba makes them
@@ -31,12 +29,15 @@ except ImportError:  # pragma: no cover - not POSIX: saves stay as numba makes t
 
 
 def install() -> None:
-    """Make numba's index saves exclusive across processes (once per process)."""
+    """Make numba's index saves exclusive across processes (once per process; imports
+    numba, so the kernel cache calls it when it loads or compiles with numba, never in a
+    warm process that runs native kernels only)."""
+    from numba.core.caching import IndexDataCacheFile
     if fcntl is None or getattr(IndexDataCacheFile, "_simaccel_locked", False):
         return
     save = IndexDataCacheFile.save
 
-    def locked_save(self: IndexDataCacheFile, key: Any, data: Any) -> None:
+    def locked_save(self: Any, key: Any, data: Any) -> None:
         with _held(self._index_path + ".lock"):
             save(self, key, data)
     IndexDataCacheFile.save = locked_save  # type: ignore[method-assign]

@@ -7,7 +7,7 @@ import multiprocessing
 
 from numba.core.caching import IndexDataCacheFile
 
-import simaccel.codegen.cache  # noqa: F401 - installs the lock, as every simaccel process does
+from simaccel.codegen.numba_index_lock import install
 
 BASE = "kernel_lib.vexp-120.py311"
 STAMP = ("source stamp", 1)
@@ -21,6 +21,7 @@ def _save(folder: str, key: tuple, barrier: object) -> None:
 
 
 def test_processes_saving_signatures_at_once_keep_each_its_own_data(tmp_path):
+    install()  # as the kernel cache does before it loads or compiles with numba
     assert getattr(IndexDataCacheFile, "_simaccel_locked", False)
     fork = multiprocessing.get_context("fork")
     for attempt in range(12):
@@ -39,3 +40,15 @@ def test_processes_saving_signatures_at_once_keep_each_its_own_data(tmp_path):
         assert all(data is not None and data["code for"] == key
                    for key, data in loaded.items()), (attempt, loaded.keys())
         assert len(list(folder.glob("*.nbc"))) == WRITERS
+
+
+def test_the_kernel_cache_locks_saves_before_numba_compiles(tmp_path, monkeypatch):
+    """Every load or compile with numba goes through the lock's install (a warm process
+    running native kernels only never imports numba for it)."""
+    from simaccel.codegen import cache as cache_module
+    from tests.codegen.test_cache import SIG, SOURCE
+    calls = []
+    monkeypatch.setattr(cache_module, "_lock_numba_index_saves",
+                        lambda: calls.append(True) or install())
+    cache_module.KernelCache(tmp_path).load(SOURCE, SIG)
+    assert calls and getattr(IndexDataCacheFile, "_simaccel_locked", False)
