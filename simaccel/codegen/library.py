@@ -186,35 +186,44 @@ class ResidentWeightLinear:
     its :class:`~simaccel.runtime.resident.ResidentOperand`).
 
     Once the weight's device copy has kept its contents for :data:`REORDER_AFTER`
-    launches, the weight is reordered into oneDNN's blocked layout for this batch, in
-    device memory the operand reserves, and the product reads that copy (the same bits
-    out). An upload of new contents makes the copy stale: it is dropped, its memory given
-    back, and the count starts again. A device without room for the copy keeps the plain
-    weight."""
+    launches, the weight is reordered into oneDNN's blocked layout (for this launch's
+    batch; the primitive takes it at any batch), kept in device memory the program
+    reserves, and the product reads that copy (the same bits out). The step's launches
+    at other size tuples read the same copy. An upload of new contents makes it stale:
+    it is dropped, its memory given back, and the count starts again. A device without
+    room for it keeps the plain weight."""
 
-    __slots__ = ("lhs", "weight", "out", "operand", "key", "runs", "reordered")
+    __slots__ = ("lhs", "weight", "out", "operand", "key", "runs")
 
     def __init__(self, lhs: torch.Tensor, weight: torch.Tensor, out: torch.Tensor,
                  operand: Any) -> None:
         self.lhs, self.weight, self.out, self.operand = lhs, weight, out, operand
         self.key: Any = None
         self.runs = 0
-        self.reordered: torch.Tensor | None = None
 
     def __call__(self) -> None:
+        self.out.copy_(_ONEDNN_LINEAR(self.lhs, self._weight(), None, "none", [], ""))
+
+    def _weight(self) -> torch.Tensor:
+        """The reordered copy if one is kept for the weight's contents now, else the
+        weight (reordered first if it has stayed unchanged long enough)."""
         key = self.operand.content()
-        if key is None or key != self.key:
-            if self.reordered is not None:
-                self.reordered = None
-                self.operand.release()
+        if key is None:
+            return self.weight
+        if key != self.key:  # new contents: the count starts (a stale copy is dropped)
             self.key, self.runs = key, 0
-        elif self.reordered is None and self.runs < REORDER_AFTER:
-            self.runs += 1
-            if self.runs == REORDER_AFTER and self.operand.reserve(
-                    self.weight.numel() * self.weight.element_size()):
-                self.reordered = _ONEDNN_REORDER(self.weight, self.lhs.shape[0])
-        weight = self.weight if self.reordered is None else self.reordered
-        self.out.copy_(_ONEDNN_LINEAR(self.lhs, weight, None, "none", [], ""))
+            self.operand.form(key)
+            return self.weight
+        form = self.operand.form(key)
+        if form is not None or self.runs >= REORDER_AFTER:
+            return self.weight if form is None else form
+        self.runs += 1
+        if self.runs == REORDER_AFTER:
+            form = _ONEDNN_REORDER(self.weight, self.lhs.shape[0])
+            nbytes = self.weight.numel() * self.weight.element_size()
+            if self.operand.keep(key, form, nbytes):
+                return form
+        return self.weight
 
 
 def _nothing() -> None:

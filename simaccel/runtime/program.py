@@ -86,9 +86,8 @@ class Program:
         #: resident inputs the program writes in place (an input mutation)
         self._resident_written = tuple(p for p in self._resident_inputs
                                        if p.index in spec.writebacks)
-        #: resident inputs no call changes, a kernel may derive forms of (static shapes)
-        self._stable = set() if spec.symbols else {
-            p.buffer for p in self._resident_inputs if p not in self._resident_written}
+        #: the resident inputs no call changes (a kernel may derive forms of them)
+        self._stable = {p.buffer for p in self._resident_inputs if p not in self._resident_written}
         #: inputs moved in every call (copied, mapped, updated in host memory), in order
         self._streamed = spec.inputs_placed(Placement.COPIED, *MAPPED)
         self._mapped_indices = [p.index for p in self._streamed if p.placement in MAPPED]
@@ -282,7 +281,7 @@ class Program:
             if block is None:
                 return 0
             self._state.allocator.free(block)
-            self._bound.clear()  # and with its launches, their derived operands
+            self._bound.clear()  # and, memory being short, the derived operands
             return block.size + self._state.release_derived()
         finally:
             self._lock.release()

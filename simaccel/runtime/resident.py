@@ -46,9 +46,10 @@ class ResidentState:
     held: dict[int, Any] | None = None
     #: (the views they were made from, views, addresses) of :meth:`fixed_views`
     _fixed: tuple[tuple, dict[str, np.ndarray], dict[str, int]] | None = None
-    #: owner (a launch step's name) -> the device block its derived form of a resident
-    #: input occupies (:class:`ResidentOperand`)
-    derived: dict[str, Block] = field(default_factory=dict)
+    #: owner (a launch step's name) -> (content key of the input it was made from, the
+    #: form a kernel derived from a resident input, the device block it occupies): one
+    #: per step, shared by the step's launches at every size tuple (:class:`ResidentOperand`)
+    derived: dict[str, tuple[Any, Any, Block]] = field(default_factory=dict)
 
     def changed(self, plans: Any, keys: dict[int, Any]) -> list[Any]:
         """The resident input ``plans`` whose content key in ``keys`` (argument index ->
@@ -96,7 +97,7 @@ class ResidentState:
         returns the bytes the blocks held."""
         allocator = self.allocator
         blocks = [b for b in (self.block, self.workspace, *self.input_blocks.values(),
-                              *self.derived.values()) if b is not None]
+                              *(held[2] for held in self.derived.values())) if b is not None]
         for block in blocks:
             if allocator is not None:
                 try:
@@ -114,45 +115,50 @@ class ResidentState:
     def operand(self, buffer: str, owner: str, count: Callable[[str, int], None]
                 ) -> ResidentOperand:
         """The :class:`ResidentOperand` of resident input ``buffer`` for the launch step
-        ``owner``; ``count(key, n)`` counts its reservations in the device's stats."""
+        ``owner``; ``count(key, n)`` counts the forms kept in the device's stats."""
         return ResidentOperand(functools.partial(self.keys.get, buffer),
-                               functools.partial(self._reserve, owner, count),
-                               functools.partial(self._release, owner))
+                               functools.partial(self._form, owner),
+                               functools.partial(self._keep, owner, count))
 
-    def _reserve(self, owner: str, count: Callable[[str, int], None], nbytes: int) -> bool:
-        block = self.derived.get(owner)
-        if block is not None and block.size >= nbytes:
-            return True
+    def _form(self, owner: str, key: Any) -> Any:
+        held = self.derived.get(owner)
+        if held is None:
+            return None
+        if held[0] == key:
+            return held[1]
+        self._release(owner)  # made from other contents: stale
+        return None
+
+    def _keep(self, owner: str, count: Callable[[str, int], None], key: Any, form: Any,
+              nbytes: int) -> bool:
         self._release(owner)
         block = self.allocator.try_malloc(nbytes) if self.allocator is not None else None
         if block is None:
             return False
-        self.derived[owner] = block
+        self.derived[owner] = (key, form, block)
         count("derived_operands", 1)
         count("derived_operand_bytes", nbytes)
         return True
 
     def release_derived(self) -> int:
-        """Give back the memory of every derived operand (the launches holding them were
-        dropped); returns the bytes freed."""
-        blocks = list(self.derived.values())
+        """Drop every derived form and give its memory back (under memory pressure: they
+        are made again); returns the bytes freed."""
+        freed = sum(held[2].size for held in self.derived.values())
         for owner in list(self.derived):
             self._release(owner)
-        return sum(b.size for b in blocks)
+        return freed
 
     def _release(self, owner: str) -> None:
-        block = self.derived.pop(owner, None)
-        if block is not None and self.allocator is not None:
-            self.allocator.free(block)
+        held = self.derived.pop(owner, None)
+        if held is not None and self.allocator is not None:
+            self.allocator.free(held[2])
 
 
 def step_operands(state: ResidentState, step: Any, stable: set[str],
                   count: Callable[[str, int], None]) -> list[ResidentOperand | None] | None:
     """Per buffer of launch ``step``, its :class:`ResidentOperand` where it is one of the
     ``stable`` resident inputs (no step writes them), for a kernel that keeps derived
-    forms of such inputs (``step.fn.keeps_derived``); None for any other kernel. The
-    program passes no stable inputs over dynamic sizes: each size tuple's binding would
-    keep a form of its own while the reservation is one per step."""
+    forms of such inputs (``step.fn.keeps_derived``); None for any other kernel."""
     if not getattr(step.fn, "keeps_derived", False):
         return None
     return [state.operand(b, step.name, count) if b in stable else None for b in step.buffers]
@@ -165,15 +171,17 @@ class ResidentOperand:
     linear layer's weight: :class:`simaccel.codegen.library.Gemm`).
 
     ``content()``: the content key of the buffer's device copy now (it changes with every
-    upload of new contents; None: unknown), so the kernel knows when its form is stale.
-    ``reserve(nbytes)``: device memory for the form, as a real device would hold it;
-    False when the device has no room (the kernel then reads the plain operand).
-    ``release()``: give that memory back (the form went stale). A reservation is kept
-    until released or the program's device memory is freed."""
+    upload of new contents; None: unknown). ``form(key)``: the form kept for the step
+    (by this launch or the step's launch at another size tuple) if it was made from the
+    contents ``key`` names, else None (a stale one is dropped, its memory given back).
+    ``keep(key, form, nbytes)``: keep ``form``, made from contents ``key``, in
+    ``nbytes`` of device memory, as a real device would hold it; False when the device
+    has no room (the kernel then reads the plain operand). A form is kept until it goes
+    stale, the workspace is released or the program's device memory is freed."""
 
     content: Callable[[], Any]
-    reserve: Callable[[int], bool]
-    release: Callable[[], None]
+    form: Callable[[Any], Any]
+    keep: Callable[[Any, Any, int], bool]
 
 
 @dataclass

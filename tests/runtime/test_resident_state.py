@@ -71,11 +71,12 @@ def test_the_views_outside_the_workspace_are_made_once_until_one_is_new() -> Non
     assert state._fixed is None
 
 
-def test_a_resident_operand_follows_the_key_and_reserves_memory_it_gives_back() -> None:
+def test_a_resident_operand_follows_the_key_and_keeps_one_form_in_device_memory() -> None:
     """A library kernel's view of a resident input (ResidentOperand): its content key is
-    the one uploaded now, a reservation takes device memory once (kept for a repeat, a
-    larger one replaces it), a device without room refuses, and release,
-    release_derived() (a released workspace) or free() give the memory back."""
+    the one uploaded now; a form kept for one key is found under that key only (another
+    key drops it and gives its memory back), one per step, shared by whoever asks for the
+    step; a device without room refuses; release_derived() (a released workspace) and
+    free() give the memory back."""
     from collections import Counter
 
     from simaccel.runtime.memory import CachingAllocator
@@ -83,20 +84,21 @@ def test_a_resident_operand_follows_the_key_and_reserves_memory_it_gives_back() 
     allocator = CachingAllocator(1 << 16, 64)
     state = ResidentState(allocator=allocator)
     operand = state.operand("w", "gemm_1", lambda key, n: counts.update({key: n}))
+    in_use = lambda: allocator.memory_stats()["allocated_bytes.all.current"]  # noqa: E731
     assert operand.content() is None
     state.changed(PLANS, {0: ("t0", 0), 2: ("t2", 0)})
-    assert operand.content() == ("t0", 0)
+    key = operand.content()
+    assert key == ("t0", 0) and operand.form(key) is None
+    assert operand.keep(key, "reordered", 4096) and in_use() == 4096
+    again = state.operand("w", "gemm_1", lambda key, n: None)  # the step at another size
+    assert operand.form(key) == again.form(key) == "reordered"
+    assert counts == {"derived_operands": 1, "derived_operand_bytes": 4096}
     state.changed(PLANS, {0: ("t0", 1), 2: ("t2", 0)})  # an in-place update uploaded
     assert operand.content() == ("t0", 1)
-    in_use = lambda: allocator.memory_stats()["allocated_bytes.all.current"]  # noqa: E731
-    assert operand.reserve(4096) and operand.reserve(4096) and in_use() == 4096
-    assert operand.reserve(8192) and in_use() == 8192
-    assert counts == {"derived_operands": 2, "derived_operand_bytes": 4096 + 8192}
-    assert not operand.reserve(1 << 20) and in_use() == 0  # no room: the old one went back
-    assert operand.reserve(4096) and in_use() == 4096
-    operand.release()
-    assert in_use() == 0
+    assert operand.form(("t0", 1)) is None and in_use() == 0  # stale: dropped
+    assert not operand.keep(("t0", 1), "too big", 1 << 20) and in_use() == 0
     other = state.operand("b", "gemm_2", lambda key, n: None)
-    assert operand.reserve(4096) and other.reserve(4096) and in_use() == 8192
-    assert state.release_derived() == 8192 and in_use() == 0  # their launches were dropped
-    assert operand.reserve(4096) and state.free() >= 4096 and in_use() == 0
+    assert operand.keep(("t0", 1), "a", 4096) and other.keep(("t2", 0), "b", 4096)
+    assert state.release_derived() == 8192 and in_use() == 0
+    assert operand.form(("t0", 1)) is None
+    assert operand.keep(("t0", 1), "a", 4096) and state.free() >= 4096 and in_use() == 0
