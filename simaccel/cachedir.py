@@ -18,10 +18,17 @@ Imports only the standard library and :mod:`simaccel.errors`, so every layer may
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: processes work independently
+    fcntl = None  # type: ignore[assignment]
 
 from simaccel.errors import CacheDirectoryError
 
@@ -102,3 +109,18 @@ def write_atomic(path: Path, content: bytes) -> None:
     with os.fdopen(fd, "wb") as handle:
         handle.write(content)
     os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path | str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the lock file ``path`` (created if missing) for the
+    ``with`` block, across processes; a no-op where there is no ``fcntl``."""
+    if fcntl is None:
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock

@@ -35,17 +35,13 @@ import os
 import re
 import sys
 import threading
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX: processes compile independently
-    fcntl = None  # type: ignore[assignment]
-
-from simaccel.cachedir import default_cache_dir, ensure_private_dir, write_atomic
+from simaccel.cachedir import (default_cache_dir, ensure_private_dir, exclusive_lock,
+                               write_atomic)
 from simaccel.codegen import native, numba_files
 from simaccel.codegen.numba_index_lock import install as _lock_numba_index_saves
 from simaccel.codegen.threads import start_kernel_threads
@@ -307,18 +303,9 @@ class KernelCache:
                 pass
 
 
-@contextmanager
-def _compile_lock(path: Path) -> Iterator[None]:
-    """Hold the cross-process lock of kernel module ``path`` (see the module doc)."""
-    if fcntl is None:
-        yield
-        return
-    fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
+def _compile_lock(path: Path) -> AbstractContextManager[None]:
+    """The cross-process lock of kernel module ``path`` (see the module doc)."""
+    return exclusive_lock(path.with_suffix(".lock"))
 
 
 def _identity(source: str, signature: tuple) -> tuple[str, tuple[str, ...]]:

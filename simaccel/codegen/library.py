@@ -108,7 +108,7 @@ class Gemm:
         if batch == 1:  # 2-D views (squeezed in numpy, ~1 us cheaper than in torch)
             if self._inner_product_wins(o, m, k, n, a_t, b_t):
                 weight = operands[2] if operands is not None else None
-                if weight is not None and _ONEDNN_REORDER is not None:
+                if weight is not None:
                     return ResidentWeightLinear(lhs, rhs.t(), o, weight)
                 return functools.partial(_inner_product, lhs, rhs.t(), o)
             return functools.partial(torch.mm, lhs, rhs, out=o)
@@ -202,7 +202,7 @@ class ResidentWeightLinear:
         self.runs = 0
 
     def __call__(self) -> None:
-        self.out.copy_(_ONEDNN_LINEAR(self.lhs, self._weight(), None, "none", [], ""))
+        _inner_product(self.lhs, self._weight(), self.out)
 
     def _weight(self) -> torch.Tensor:
         """The reordered copy if one is kept for the weight's contents now, else the

@@ -17,44 +17,23 @@ is not written yet finds no file and compiles, as numba does for any missing ent
 """
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Iterator
 from typing import Any
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX: saves stay as numba makes them
-    fcntl = None  # type: ignore[assignment]
+from simaccel.cachedir import exclusive_lock
 
 
 def install() -> None:
     """Make numba's index saves exclusive across processes (once per process; imports
     numba, so the kernel cache calls it when it loads or compiles with numba, never in a
-    warm process that runs native kernels only)."""
+    warm process that runs native kernels only). numba writes a cache only into a folder
+    it has checked it can write, so the lock file beside the index can be made."""
     from numba.core.caching import IndexDataCacheFile
-    if fcntl is None or getattr(IndexDataCacheFile, "_simaccel_locked", False):
+    if getattr(IndexDataCacheFile, "_simaccel_locked", False):
         return
     save = IndexDataCacheFile.save
 
     def locked_save(self: Any, key: Any, data: Any) -> None:
-        with _held(self._index_path + ".lock"):
+        with exclusive_lock(self._index_path + ".lock"):
             save(self, key, data)
     IndexDataCacheFile.save = locked_save  # type: ignore[method-assign]
     IndexDataCacheFile._simaccel_locked = True  # type: ignore[attr-defined]
-
-
-@contextlib.contextmanager
-def _held(path: str) -> Iterator[None]:
-    """Hold the exclusive lock on ``path`` (created if missing). A folder numba cannot
-    write in either: the save goes on unlocked and numba reports its own failure."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError:
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
