@@ -28,7 +28,8 @@ from simaccel.codegen.dtypes import HALF_DTYPES, compute_dtype
 from simaccel.codegen.emit import (BodyEmitter, accumulator_slot, accumulators, dtype_ctor,
                                    has_fast_trig, kernel_args, reduce_init, store_source)
 from simaccel.codegen.emit_rows import row_args
-from simaccel.codegen.ir import Op, PointwiseKernel, ReductionKernel, RowKernel, buffers_read
+from simaccel.codegen.ir import (ExternKernel, Op, PointwiseKernel, ReductionKernel, RowKernel,
+                                 buffers_read)
 from simaccel.codegen.sizes import source
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -265,4 +266,6 @@ def emit_numpy(kernel) -> str:
         return emit_numpy_reduction(kernel)
     if isinstance(kernel, RowKernel):
         return emit_numpy_row(kernel)
+    if isinstance(kernel, ExternKernel) and kernel.numpy_source is not None:
+        return kernel.numpy_source
     raise Unsupported(f"{type(kernel).__name__} is a hand-written template")

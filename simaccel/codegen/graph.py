@@ -413,7 +413,7 @@ def _dtype_problem(node: torch.fx.Node) -> str | None:
 
 def extern(ctx: GraphLowering, source: str, buffers: list[str], params: list[Any],
            flops: int, bytes_moved: int, parallel: bool = False, *,
-           writes: tuple[str, ...]) -> None:
+           writes: tuple[str, ...], numpy_source: str | None = None) -> None:
     """Append a template kernel launch (see :mod:`simaccel.codegen.templates`); ``writes``:
     the buffers its source stores to (outputs and scratch; it reads the others).
     Templates index raw elements: a 16-bit float buffer (raw bits) is never handed to one
@@ -422,4 +422,4 @@ def extern(ctx: GraphLowering, source: str, buffers: list[str], params: list[Any
         raise Unsupported(f"template {ctx.kernel_name('extern')} on 16-bit float buffers")
     ctx.add_kernel(ExternKernel(ctx.kernel_name("extern"), source, buffers,
                                 [size(p) for p in params], size(flops), size(bytes_moved),
-                                frozenset(writes), parallel))
+                                frozenset(writes), parallel, numpy_source))

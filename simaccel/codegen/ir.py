@@ -347,6 +347,9 @@ class ExternKernel(_DeclaredWrites):
     bytes_moved: int
     writes: frozenset[str]
     parallel: bool = False
+    #: the template's tier-0 form (numpy, same arguments), run while numba compiles it;
+    #: None: the first call waits for the compile
+    numpy_source: str | None = None
 
 
 @dataclass

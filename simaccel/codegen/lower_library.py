@@ -142,11 +142,10 @@ def _packets(names: list[str]) -> list[Any]:
 
 
 register(*_packets(LINALG), own_dtypes=True)(_lower_as("linalg"))
-# fused attention: one library call per op, on static shapes with long key rows
-# (simaccel.attention decomposes short rows and dynamic shapes into a GEMM pair); the
-# forward returns the logsumexp its backward reads
-register(aten._scaled_dot_product_flash_attention_for_cpu.default,
-         aten._scaled_dot_product_flash_attention_for_cpu_backward.default)(
+# fused attention's backward: one library call, on static shapes with long key rows
+# (simaccel.attention decomposes short rows and dynamic shapes into GEMMs); the forward
+# has a module of its own (lower_attention)
+register(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)(
     _lower_as("attention"))
 register(*_packets(FFT), own_dtypes=True)(_lower_as("fft"))
 register(*_packets(COMPLEX), own_dtypes=True)(_lower_as("complex"))

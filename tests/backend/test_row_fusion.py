@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import simaccel
-from simaccel.codegen import emit_rows
+from simaccel.codegen import emit_rows, templates_attention
 from simaccel.codegen.fusion_rows import flat_offset
 from simaccel.codegen.row_reuse import RowReuse
 from tests.conftest import REDUCTION_TOL, check
@@ -49,6 +49,14 @@ def test_row_ops_are_one_row_kernel(name, fn, make):
     assert _kinds(result) == ["row"], name
 
 
+@pytest.fixture
+def without_fused_attention(monkeypatch):
+    """The attention paths of a torch whose library exports no BLAS GEMM (float32 and
+    float64 attention otherwise runs as the fused kernel, test_fused_attention)."""
+    monkeypatch.setattr(templates_attention, "has_gemm", lambda dtype: False)
+
+
+@pytest.mark.usefixtures("without_fused_attention")
 @pytest.mark.parametrize("keys, kinds", [
     (64, ["library", "row", "library"]),  # short rows: scores GEMM, softmax row, GEMM
     (256, ["library"]),  # long rows: the fused library call (skips masked blocks)
@@ -63,6 +71,7 @@ def test_static_causal_attention_takes_the_gemm_pair_or_the_fused_call_by_length
     assert _kinds(result) == kinds
 
 
+@pytest.mark.usefixtures("without_fused_attention")
 @pytest.mark.parametrize("batch, dim", [((1, 2), 32), ((4, 8), 64)])
 def test_causal_self_attention_of_128_runs_as_two_key_halves(batch, dim):
     """At SPLIT_MIN_KEYS (static, equal query and key lengths) causal attention skips the
@@ -91,6 +100,7 @@ def test_causal_self_attention_of_128_runs_as_two_key_halves(batch, dim):
         torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.usefixtures("without_fused_attention")
 @pytest.mark.parametrize("shape, dtype", [
     ((1, 2, 126, 32), torch.float32),  # shorter than SPLIT_MIN_KEYS
     ((1, 2, 128, 32), torch.bfloat16),  # bfloat16 rounds the halves' sum once more
@@ -105,6 +115,7 @@ def test_other_causal_attention_keeps_the_single_gemm_pair(shape, dtype):
     assert kinds.count("library") == 2 and kinds.count("row") == 1  # the one pair
 
 
+@pytest.mark.usefixtures("without_fused_attention")
 def test_dynamic_length_attention_softmax_is_one_row_kernel_between_the_gemms():
     torch.manual_seed(0)
     torch._dynamo.reset()
@@ -124,6 +135,7 @@ def test_dynamic_length_attention_softmax_is_one_row_kernel_between_the_gemms():
     assert pathlib.Path(row.path).read_text().count("lib.vexp(") == 1
 
 
+@pytest.mark.usefixtures("without_fused_attention")
 @pytest.mark.parametrize("dynamic, lengths, fused", [
     (False, (32, 48), False), (True, (32, 48), False),  # the GEMM pair, its rows fused
     (False, (160, 192), True),  # keys past GEMM_PAIR_MAX_KEYS: the fused library ops

@@ -55,8 +55,10 @@ def _check_cold_and_warm(out: str) -> None:
     assert cold and warm, out
     # cold: every kernel started in tier 0, none waited for numba, none was on disk
     assert int(cold[2]) > 0 and int(cold[3]) == 0 and int(cold[4]) == 0
-    # warm: the cold process finished its compiles before it exited
-    assert int(warm[2]) == 0 and int(warm[3]) == 0 and int(warm[4]) > 0
+    # warm: the cold process finished its compiles before it exited (nothing compiled
+    # before the call, none left out below); a kernel that runs in numba's thread pool
+    # (the fused attention) has no native object, so it runs tier 0 while numba loads it
+    assert int(warm[2]) <= 1 and int(warm[3]) == 0 and int(warm[4]) > 0
     assert "cold runs each new kernel's numpy form at once" in out
     # the table's simaccel run used the warm cache too
     assert "kernels compiled 0, loaded from disk cache" in out

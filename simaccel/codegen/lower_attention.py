@@ -1,0 +1,79 @@
+"""CPU flash attention's forward (``_scaled_dot_product_flash_attention_for_cpu``): the
+fused attention template (:mod:`.templates_attention`) where it takes the operands, else
+one library call of the op itself (:mod:`.lower_library`). :mod:`simaccel.attention`
+keeps the op in the graph for exactly these cases; the others it decomposes."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from simaccel.codegen import templates_attention
+from simaccel.codegen.graph import GraphLowering, extern
+from simaccel.codegen.ir import Layout
+from simaccel.codegen.lower_library import library_call
+from simaccel.codegen.registry import register
+from simaccel.codegen.sizes import Size, is_value, known_true, prod, shape_of
+from simaccel.codegen.values import Realized, TensorValue
+
+aten = torch.ops.aten
+
+
+def _operand(ctx: GraphLowering, x: TensorValue) -> tuple[Realized, list[Size]]:
+    """``x`` as a buffer the template reads in place where its dim stride is 1 (any batch,
+    head and row strides that BLAS takes), else a contiguous copy; and its (offset,
+    batch, head, row) strides in elements."""
+    if isinstance(x, Realized):
+        strides = list(x.layout.strides[:3])
+        rows, dim = x.shape[2], x.shape[3]
+        if is_value(rows, 1):  # BLAS takes a row stride of at least the row's length
+            strides[2] = dim
+        if (is_value(x.layout.strides[3], 1) or is_value(dim, 1)) \
+                and known_true(strides[2] >= dim):
+            return x, [x.layout.offset, *strides]
+    x = ctx.realize_contiguous(x)
+    _, h, rows, dim = x.shape
+    return x, [0, h * rows * dim, rows * dim, dim]
+
+
+def fused_attention(ctx: GraphLowering, query: TensorValue, key: TensorValue,
+                    value: TensorValue, is_causal: bool, scale: float | None,
+                    metas: list[Any]) -> list[Realized]:
+    """(output, logsumexp) by the fused template, the output laid out as eager's op lays
+    it out (``metas``: the op's example results; sizes static or dynamic)."""
+    b, h, length, dim = query.shape
+    keys, dim_v = key.shape[2], value.shape[3]
+    operands = [_operand(ctx, x) for x in (query, key, value)]
+    shape, out_strides = shape_of(metas[0].shape), shape_of(metas[0].stride())
+    out_name = ctx.new_buffer(query.dtype, prod(shape))
+    out = Realized(shape, query.dtype, Layout(out_name, shape, out_strides, 0))
+    lse = ctx.new_tensor((b, h, length), query.dtype)
+    factor = None if scale is None else float(scale)
+    source = templates_attention.attention(query.dtype, is_causal, factor)
+    params = [b, h, length, keys, dim, dim_v, templates_attention.query_block(length)]
+    for _, strides in operands:
+        params += strides
+    params += out_strides[:3]
+    macs = b * h * length * keys * (dim + dim_v)  # causal: about half of it
+    itemsize = 4 if query.dtype == "float32" else 8
+    nbytes = itemsize * (b * h * (length * (dim + dim_v + 1) + keys * (dim + dim_v)))
+    buffers = [out_name, lse.layout.buffer] + [x.layout.buffer for x, _ in operands]
+    extern(ctx, source, buffers, params, macs if is_causal else 2 * macs, nbytes,
+           parallel=True, writes=(out_name, lse.layout.buffer),
+           numpy_source=templates_attention.attention_numpy(query.dtype, is_causal, factor))
+    return [out, lse]
+
+
+@register(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _flash_forward(ctx: GraphLowering, query: TensorValue, key: TensorValue,
+                   value: TensorValue, dropout_p: float = 0.0, is_causal: bool = False, *,
+                   attn_mask: Any = None, scale: float | None = None) -> list[Any]:
+    metas = list(ctx.meta(ctx.current))
+    operands = (query, key, value)
+    if templates_attention.fused_attention_takes(
+            [x.shape for x in operands], [x.dtype for x in operands], attn_mask is not None,
+            dropout_p):
+        return fused_attention(ctx, query, key, value, is_causal, scale, metas)
+    kwargs = {"attn_mask": attn_mask, "scale": scale}
+    return library_call(ctx, "attention", ctx.current.target,
+                        (query, key, value, dropout_p, is_causal), kwargs, metas)

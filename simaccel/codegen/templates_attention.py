@@ -1,0 +1,139 @@
+"""Fused scaled dot-product attention: one kernel template, the flash-attention tiling on
+the device's BLAS (:mod:`.blas_lib`).
+
+Each task of the parallel loop is one block of :data:`query_block` query rows of one
+(batch, head): the block's scores against the keys it may see (causal: keys up to its
+last row, so masked blocks cost nothing) by one GEMM into a scratch tile, each row's
+softmax in that tile (its max, its exps and their sum; its logsumexp stored for the
+backward), the unnormalised weights times the values by a second GEMM straight into
+the output rows, each row then scaled by 1 / its sum. The tile stays in cache; no score
+matrix is written, and every operand element is read from device memory once per
+(batch, head) (the block's rows of q, the keys and values it sees, hot in cache for the
+next block of the same head). This is eager's own CPU flash kernel's recurrence with a
+whole key row per block (the rows are short enough to fit), so it matches eager's
+rounding closely: scores as ``alpha * q @ k^T`` in the GEMM, exps of ``score - max``,
+the output times the sum's reciprocal.
+
+Operands are (batch, head, rows, dim) with any batch, head and row strides and a unit
+dim stride; ``out`` as eager lays it out, ``lse`` contiguous (batch, head, query).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from simaccel.codegen.blas_symbols import has_gemm
+from simaccel.codegen.sizes import hint, is_symbolic, same_size
+
+#: parameters of the template after its five buffers (``out, lse, q, k, v``)
+PARAMS = ("B, H, L, S, D, DV, BQ, q_off, q_sb, q_sh, q_sl, k_off, k_sb, k_sh, k_sl, "
+          "v_off, v_sb, v_sh, v_sl, o_sb, o_sh, o_sl")
+
+
+def query_block(length: Any) -> int:
+    """Query rows per task (for a dynamic length, by the length seen while tracing: a
+    heuristic, never a guard). Measured on the 2-core machine, fused kernel over eager's
+    op, causal, head dim 64 (``/tmp/prof/fp3.py`` in the session notes): 128 queries
+    0.73 with 32 rows, 0.77 with 64; 512 queries 0.66-0.71 with 32, 0.63-0.66 with 64;
+    1024: 0.89-0.90 with 32, 0.84 with 64."""
+    return 32 if hint(length) <= 256 else 64
+
+
+def fused_attention_takes(shapes: Sequence[Sequence[Any]], dtypes: Sequence[str],
+                          has_mask: bool, dropout_p: Any) -> bool:
+    """True if the template computes attention on query, key and value of these shapes
+    (static or dynamic sizes; a dynamic size is at least 2) and dtypes (numpy names): 4-D
+    operands whose batch, head and head-dim sizes match, and key and value lengths, no
+    mask, no dropout, one float dtype the device's BLAS has a GEMM for. The op itself
+    fails on operands whose sizes differ there, so a dynamic pair the shape env does not
+    know equal (a KV cache's key and value lengths, two symbols) is guarded equal: a
+    guard no valid call fails."""
+    if has_mask or dropout_p or len(shapes) != 3 or len(set(dtypes)) != 1:
+        return False
+    if not all(len(s) == 4 and all(is_symbolic(d) or int(d) > 0 for d in s) for s in shapes):
+        return False
+    (b, h, _, d), (kb, kh, s, kd), (vb, vh, vs, _) = shapes
+    pairs = ((b, kb), (b, vb), (h, kh), (h, vh), (d, kd), (s, vs))
+    return has_gemm(dtypes[0]) and all(same_size(x, y) or bool(x == y) for x, y in pairs)
+
+
+def _scale_source(dtype: str, scale: float | None) -> str:
+    """The softmax scale: ``scale``, or eager's default ``1 / sqrt(D)`` (in double, then
+    rounded to the dtype) from the head dim ``D`` the kernel is called with."""
+    value = "1.0 / np.sqrt(np.float64(D))" if scale is None else repr(scale)
+    return f"np.{dtype}({value})"
+
+
+def attention(dtype: str, causal: bool, scale: float | None) -> str:
+    """The kernel source for one dtype (numpy name), causal or not, and softmax scale
+    (None: eager's default, from the head dim)."""
+    f = f"np.{dtype}"
+    keys = "min(S, r0 + rows)" if causal else "S"
+    seen = "min(keys, r0 + i + 1)" if causal else "keys"
+    return f"""from simaccel.codegen.blas_lib import AS_STORED, TRANSPOSED, gemm
+
+
+def kernel(out, lse, q, k, v, {PARAMS}):
+    blocks = (L + BQ - 1) // BQ
+    scale = {_scale_source(dtype, scale)}
+    size = q.itemsize
+    for t in prange(B * H * blocks):
+        bh = t // blocks
+        b = bh // H
+        h = bh % H
+        r0 = (t % blocks) * BQ
+        rows = min(BQ, L - r0)
+        keys = {keys}
+        tile = np.empty(rows * keys, q.dtype)
+        sums = np.empty(rows, q.dtype)
+        qa = q.ctypes.data + (q_off + b*q_sb + h*q_sh + r0*q_sl) * size
+        ka = k.ctypes.data + (k_off + b*k_sb + h*k_sh) * size
+        va = v.ctypes.data + (v_off + b*v_sb + h*v_sh) * size
+        o0 = b*o_sb + h*o_sh + r0*o_sl
+        # tile (rows x keys, row-major) = scale * q_block @ k^T: column-major k q^T
+        gemm(TRANSPOSED, AS_STORED, keys, rows, D, scale, ka, k_sl, qa, q_sl,
+             tile.ctypes.data, keys)
+        for i in range(rows):
+            seen = {seen}
+            row = i * keys
+            top = {f}(-np.inf)
+            for j in range(seen):
+                top = lib.max_combine(top, tile[np.uint64(row + j)])
+            total = {f}(0.0)
+            for j in range(seen):
+                e = lib.vexp(tile[np.uint64(row + j)] - top)
+                tile[np.uint64(row + j)] = e
+                total = lib.reassoc_add(total, e)
+            for j in range(seen, keys):
+                tile[np.uint64(row + j)] = 0
+            sums[i] = total
+            lse[bh*L + r0 + i] = top + np.log(total)
+        # out rows (rows x DV) = tile @ v: column-major v^T tile^T
+        gemm(AS_STORED, AS_STORED, DV, rows, keys, {f}(1.0), va, v_sl, tile.ctypes.data,
+             keys, out.ctypes.data + o0 * size, o_sl)
+        for i in range(rows):
+            inv = {f}(1.0) / sums[i]
+            base = o0 + i*o_sl
+            for d in range(DV):
+                out[np.uint64(base + d)] = out[np.uint64(base + d)] * inv
+"""
+
+
+def attention_numpy(dtype: str, causal: bool, scale: float | None) -> str:
+    """The kernel's tier-0 form (numpy, the same arguments): batched products over every
+    head at once, run while numba compiles :func:`attention`."""
+    mask = ("    scores = np.where(np.tri(L, S, dtype=bool), scores, -np.inf)\n"
+            if causal else "")
+    return f"""def kernel(out, lse, q, k, v, {PARAMS}):
+    size = q.itemsize
+    strided = np.lib.stride_tricks.as_strided
+    Q = strided(q[q_off:], (B, H, L, D), (q_sb*size, q_sh*size, q_sl*size, size))
+    K = strided(k[k_off:], (B, H, S, D), (k_sb*size, k_sh*size, k_sl*size, size))
+    V = strided(v[v_off:], (B, H, S, DV), (v_sb*size, v_sh*size, v_sl*size, size))
+    O = strided(out, (B, H, L, DV), (o_sb*size, o_sh*size, o_sl*size, size))
+    scores = np.matmul(Q, K.swapaxes(2, 3)) * {_scale_source(dtype, scale)}
+{mask}    top = scores.max(axis=3, keepdims=True)
+    exps = np.exp(scores - top)
+    total = exps.sum(axis=3, keepdims=True)
+    O[...] = np.matmul(exps, V) * (q.dtype.type(1.0) / total)
+    lse[:B*H*L] = (top + np.log(total)).reshape(-1)
+"""

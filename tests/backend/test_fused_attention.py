@@ -1,0 +1,212 @@
+"""The fused attention kernel (:mod:`simaccel.codegen.templates_attention`): CPU flash
+attention's forward as one parallel kernel calling the device's BLAS GEMM per block of
+query rows. Each case compares with eager (``check``: values, dtype, shape, kernels
+launched, DMA moved, no host fallback) and shows the one kernel ran; backward goes
+through the logsumexp the kernel stores."""
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numba
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import simaccel
+from simaccel.codegen import templates_attention
+from simaccel.codegen.blas_symbols import has_gemm
+from tests.conftest import check
+
+#: float32: sums of up to 128 exps and GEMMs of 64 terms, as eager's op orders them
+#: closely but not exactly; float64 near exact
+TOL = {torch.float32: {"rtol": 1e-5, "atol": 1e-6},
+       torch.float64: {"rtol": 1e-12, "atol": 1e-13}}
+
+pytestmark = pytest.mark.skipif(not has_gemm("float32"),
+                                reason="this torch exports no BLAS GEMM")
+
+
+def _sdpa(causal: bool):
+    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def _kinds(result) -> list[str]:
+    return [k.kind for r in result.reports for k in r.kernels]
+
+
+@pytest.mark.parametrize("q_shape, kv_shape, causal, dtype", [
+    ((4, 8, 128, 64), (4, 8, 128, 64), True, torch.float32),  # the bench's shape
+    ((2, 3, 37, 16), (2, 3, 37, 16), True, torch.float64),  # a partial last block
+    ((2, 2, 5, 8), (2, 2, 9, 8), True, torch.float32),  # causal, fewer queries than keys
+    ((1, 2, 300, 8), (1, 2, 70, 8), True, torch.float32),  # more queries: 64-row blocks
+    ((2, 3, 33, 16), (2, 3, 7, 16), False, torch.float32),
+    ((1, 1, 1, 4), (1, 1, 1, 4), False, torch.float64),  # one row, one key
+])
+def test_fused_attention_equals_eager_in_one_kernel(q_shape, kv_shape, causal, dtype):
+    torch.manual_seed(0)
+    q = torch.randn(*q_shape, dtype=dtype)
+    k, v = (torch.randn(*kv_shape, dtype=dtype) for _ in range(2))
+    result = check(_sdpa(causal), q, k, v, **TOL[dtype])
+    assert _kinds(result) == ["extern"]
+    kernel = result.reports[-1].kernels[0]
+    assert "gemm(" in pathlib.Path(kernel.path).read_text()
+
+
+def test_query_key_and_value_are_read_in_place_once():
+    """One kernel reads each operand once per (batch, head): each is read across the bus
+    in place (1 MiB, above the host-mapping threshold), nothing is copied."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(4, 8, 128, 64) for _ in range(3))
+    result = check(_sdpa(True), q, k, v, **TOL[torch.float32])
+    assert result.dma_stats["h2d.mapped_bytes"] == 3 * q.numel() * 4
+
+
+def test_heads_split_from_a_projection_are_read_without_a_copy():
+    """q, k, v as a model makes them (a (batch, length, heads, dim) projection transposed
+    to (batch, heads, length, dim)): the kernel reads the strided rows in place, and its
+    output is laid out as eager's, so transposing it back is a view."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 40, 3 * 4 * 16)
+    w = torch.randn(3 * 4 * 16, 3 * 4 * 16) / 8
+
+    def attention(x, w):
+        q, k, v = (x @ w).view(2, 40, 3, 4, 16).unbind(2)
+        out = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)),
+                                             is_causal=True)
+        return out.transpose(1, 2).reshape(2, 40, 64)
+    result = check(attention, x, w, rtol=1e-4, atol=1e-5)
+    assert _kinds(result) == ["library", "extern"]  # the projection, then attention
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_fused_attention_gradients_equal_eager(causal):
+    """The backward reads the logsumexp the kernel stored (static shapes: the GEMM
+    decomposition of simaccel.attention)."""
+    torch.manual_seed(0)
+    inputs = [torch.randn(2, 2, 48, 16, requires_grad=True) for _ in range(3)]
+    reference = [t.detach().clone().requires_grad_() for t in inputs]
+
+    def loss(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal).square().sum()
+    torch._dynamo.reset()
+    simaccel.clear_reports()
+    compiled = torch.compile(loss, backend="simaccel")
+    got = torch.autograd.grad(compiled(*inputs), inputs)
+    want = torch.autograd.grad(loss(*reference), reference)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    assert "extern" in [k.kind for r in simaccel.reports() for k in r.kernels]
+    assert simaccel.get_device().runtime_stats()["host_fallback_ops"] == 0
+
+
+@pytest.mark.parametrize("has_mask, dropout, dtype, shape, takes", [
+    (False, 0.0, "float32", (2, 4, 8, 8), True),
+    (True, 0.0, "float32", (2, 4, 8, 8), False),  # masks: the GEMM decomposition
+    (False, 0.1, "float32", (2, 4, 8, 8), False),
+    (False, 0.0, "bfloat16", (2, 4, 8, 8), False),  # no bfloat16 GEMM in the BLAS
+    (False, 0.0, "float32", (4, 8, 8), False),  # 3-D
+])
+def test_what_the_fused_kernel_takes(has_mask, dropout, dtype, shape, takes):
+    shapes = [shape, shape, shape]
+    assert templates_attention.fused_attention_takes(shapes, [dtype] * 3, has_mask,
+                                                     dropout) is takes
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True)])
+def test_blas_gemm_intrinsic_equals_numpy(dtype, trans_a, trans_b):
+    from simaccel.codegen.blas_lib import AS_STORED, TRANSPOSED, gemm
+
+    @numba.njit
+    def product(a, b, c, ta, tb, m, n, k, lda, ldb):
+        gemm(ta, tb, m, n, k, a.dtype.type(1.0), a.ctypes.data, lda, b.ctypes.data, ldb,
+             c.ctypes.data, m)
+    rng = np.random.default_rng(0)
+    m, n, k = 5, 3, 4
+    # column-major operands: a (m x k) or its transpose stored, as BLAS reads them
+    a = rng.standard_normal((k, m) if not trans_a else (m, k)).astype(dtype)
+    b = rng.standard_normal((n, k) if not trans_b else (k, n)).astype(dtype)
+    c = np.zeros((n, m), dtype)  # column-major m x n
+    flag = {False: AS_STORED, True: TRANSPOSED}
+    product(a, b, c, flag[trans_a], flag[trans_b], m, n, k, m if not trans_a else k,
+            k if not trans_b else n)
+    op_a = a.T if not trans_a else a  # (m x k) as a matrix
+    op_b = b.T if not trans_b else b
+    np.testing.assert_allclose(c.T, op_a @ op_b, rtol=1e-5)
+
+
+def test_a_cached_attention_kernel_links_in_a_new_process(tmp_path):
+    """The kernel's machine code calls the BLAS through a symbol registered at import
+    (its address differs per process): a second process loads it from the disk cache and
+    computes the same output."""
+    script = textwrap.dedent("""
+        import torch, torch.nn.functional as F, simaccel
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(2, 2, 40, 16) for _ in range(3))
+        fn = torch.compile(lambda q, k, v: F.scaled_dot_product_attention(
+            q, k, v, is_causal=True), backend="simaccel")
+        torch.testing.assert_close(fn(q, k, v), F.scaled_dot_product_attention(
+            q, k, v, is_causal=True), rtol=1e-5, atol=1e-6)
+        stats = simaccel.get_device().runtime_stats()
+        print(stats["kernels_compiled"], stats["kernel_cache_hits"])
+    """)
+    env = {**os.environ, "SIMACCEL_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+    compiled, hits = (int(n) for n in runs[1].stdout.split())
+    assert compiled == 0 and hits >= 1
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_tier0_form_equals_eager(causal):
+    """The template's numpy form (what a cold first call runs while numba compiles the
+    kernel) computes what eager computes, on strided operands too."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 40, 3, 16).transpose(1, 2)  # (batch, heads, length, dim), strided
+    k, v = (torch.randn(2, 3, 24 if not causal else 40, 16) for _ in range(2))
+    torch._dynamo.reset()
+    device = simaccel.get_device()
+    device.reset_stats()
+    fn = torch.compile(_sdpa(causal), backend="simaccel", options={"tier0": "only"})
+    torch.testing.assert_close(fn(q, k, v), _sdpa(causal)(q, k, v), **TOL[torch.float32])
+    stats = device.runtime_stats()
+    assert stats["tier0_launches"] == 1 and stats["kernels_compiled"] == 0
+
+
+def test_dynamic_lengths_run_the_fused_kernel_in_one_graph():
+    """dynamic=True: the lengths and batch are kernel parameters, so one graph and one
+    kernel serve every size (a causal prompt, then a longer one, then another batch)."""
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    simaccel.clear_reports()
+    fn = torch.compile(_sdpa(True), backend="simaccel", dynamic=True)
+    for batch, length in ((2, 24), (2, 70), (3, 41)):
+        q, k, v = (torch.randn(batch, 4, length, 32) for _ in range(3))
+        torch.testing.assert_close(fn(q, k, v), _sdpa(True)(q, k, v), **TOL[torch.float32])
+    assert [k.kind for r in simaccel.reports() for k in r.kernels] == ["extern"]
+
+
+def test_a_growing_kv_cache_decodes_with_the_fused_kernel():
+    """Generation: one new query against a key/value cache one longer each step (Dynamo
+    makes the cache length dynamic at the second step); every step equals eager and the
+    steps after the first share one graph."""
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    simaccel.clear_reports()
+    fn = torch.compile(_sdpa(False), backend="simaccel")
+    k_cache, v_cache = (torch.randn(1, 4, 8, 16) for _ in range(2))
+    for _ in range(5):
+        q = torch.randn(1, 4, 1, 16)
+        k_cache = torch.cat([k_cache, torch.randn(1, 4, 1, 16)], dim=2)
+        v_cache = torch.cat([v_cache, torch.randn(1, 4, 1, 16)], dim=2)
+        torch.testing.assert_close(fn(q, k_cache, v_cache), _sdpa(False)(q, k_cache, v_cache),
+                                   **TOL[torch.float32])
+    kinds = [[k.kind for k in r.kernels] for r in simaccel.reports()]
+    assert kinds == [["extern"], ["extern"]]  # static first step, then one dynamic graph
