@@ -10,12 +10,12 @@ the op's contract: the forward returns the real logsumexp, and the backward reco
 attention weights from it (the flash-attention recurrence, here as plain matmuls,
 softmax-style reductions and pointwise ops the device fuses).
 
-Which forward runs: static float32 and float64 attention without a mask or dropout keeps
-the op, which the device runs as its fused attention kernel
+Which forward runs: float32 and float64 attention (static or dynamic sizes) without a
+mask or dropout keeps the op, which the device runs as its fused attention kernel
 (:mod:`simaccel.codegen.templates_attention`: BLAS GEMMs per block of query rows, the
-softmax in cache; 0.77x eager's op on the bench's 4x8x128x64 causal case, where the GEMM
-pair below took 1.2-1.4x). The rest (masks, dynamic shapes, bfloat16, or a torch whose
-library exports no BLAS GEMM) is decomposed below, or, with long key rows, kept as one
+softmax in cache; 0.77-0.90x eager's op on the bench's 4x8x128x64 causal case, where the
+GEMM pair below took 1.2-1.4x). The rest (masks, bfloat16, or a torch whose library
+exports no BLAS GEMM) is decomposed below, or, static with long key rows, kept as one
 library call of eager's own op.
 """
 from __future__ import annotations
