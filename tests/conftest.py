@@ -106,6 +106,15 @@ def kernel_cache_dir() -> pathlib.Path:
     return _CACHE_ROOT / "kernels"
 
 
+@pytest.fixture
+def without_fused_attention(monkeypatch):
+    """The attention paths of a torch whose library exports no BLAS GEMM: float32 and
+    float64 attention otherwise runs as the fused kernel (test_fused_attention), so the
+    GEMM-pair decomposition and the flash library call serve masks and bfloat16 only."""
+    from simaccel.codegen import templates_attention
+    monkeypatch.setattr(templates_attention, "has_gemm", lambda dtype: False)
+
+
 @dataclass
 class CheckResult:
     """What :func:`check` observed: the compiled outputs, device counters, reports."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from simaccel.codegen import templates_attention
@@ -55,7 +56,7 @@ def fused_attention(ctx: GraphLowering, query: TensorValue, key: TensorValue,
         params += strides
     params += out_strides[:3]
     macs = b * h * length * keys * (dim + dim_v)  # causal: about half of it
-    itemsize = 4 if query.dtype == "float32" else 8
+    itemsize = np.dtype(query.dtype).itemsize
     nbytes = itemsize * (b * h * (length * (dim + dim_v + 1) + keys * (dim + dim_v)))
     buffers = [out_name, lse.layout.buffer] + [x.layout.buffer for x, _ in operands]
     extern(ctx, source, buffers, params, macs if is_causal else 2 * macs, nbytes,

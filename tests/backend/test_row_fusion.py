@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import simaccel
-from simaccel.codegen import emit_rows, templates_attention
+from simaccel.codegen import emit_rows
 from simaccel.codegen.fusion_rows import flat_offset
 from simaccel.codegen.row_reuse import RowReuse
 from tests.conftest import REDUCTION_TOL, check
@@ -47,13 +47,6 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 def test_row_ops_are_one_row_kernel(name, fn, make):
     result = check(fn, *make(), **ROW_TOL)
     assert _kinds(result) == ["row"], name
-
-
-@pytest.fixture
-def without_fused_attention(monkeypatch):
-    """The attention paths of a torch whose library exports no BLAS GEMM (float32 and
-    float64 attention otherwise runs as the fused kernel, test_fused_attention)."""
-    monkeypatch.setattr(templates_attention, "has_gemm", lambda dtype: False)
 
 
 @pytest.mark.usefixtures("without_fused_attention")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
 import torch
 
-from simaccel.codegen import templates_attention
 from simaccel.codegen.hoist import hoist_invariants, hoist_out_of_loops
 from tests.conftest import check
 
@@ -102,11 +102,11 @@ def test_nothing_leaves_a_column_loop_that_may_not_run_or_stores_what_it_reads()
     assert moved.index("            t1 = m[np.uint64(i0)]") > moved.index(ROWS[1])
 
 
-def test_causal_attention_combining_kernel_reads_each_row_once_and_equals_eager(monkeypatch):
+@pytest.mark.usefixtures("without_fused_attention")
+def test_causal_attention_combining_kernel_reads_each_row_once_and_equals_eager():
     """The kernel combining the two key halves (simaccel.attention._causal_halves, where
     the torch exports no BLAS GEMM for the fused kernel): the rows' maxima and sums are
     loaded before the loop over the head dimension."""
-    monkeypatch.setattr(templates_attention, "has_gemm", lambda dtype: False)
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 2, 128, 64) for _ in range(3))  # 64: a loop of its own
     result = check(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
