@@ -10,13 +10,14 @@ the op's contract: the forward returns the real logsumexp, and the backward reco
 attention weights from it (the flash-attention recurrence, here as plain matmuls,
 softmax-style reductions and pointwise ops the device fuses).
 
-Which forward runs: float32 and float64 attention (static or dynamic sizes) without a
-mask or dropout keeps the op, which the device runs as its fused attention kernel
+Which forward runs: float32 and float64 attention (static or dynamic sizes) without
+dropout, with or without a mask of its dtype (SDPA makes a boolean mask additive before
+the op), keeps the op, which the device runs as its fused attention kernel
 (:mod:`simaccel.codegen.templates_attention`: BLAS GEMMs per block of query rows, the
-softmax in cache; 0.77-0.90x eager's op on the bench's 4x8x128x64 causal case, where the
-GEMM pair below took 1.2-1.4x). The rest (masks, bfloat16, or a torch whose library
-exports no BLAS GEMM) is decomposed below, or, static with long key rows, kept as one
-library call of eager's own op.
+mask added and the softmax in cache; 0.77-0.96x eager's op on the bench's 4x8x128x64
+causal case, where the GEMM pair below took 1.2-1.4x). The rest (bfloat16, or a torch
+whose library exports no BLAS GEMM) is decomposed below, or, static with long key rows,
+kept as one library call of eager's own op.
 """
 from __future__ import annotations
 
@@ -78,9 +79,10 @@ def _fused_runs(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 attn_mask: Any) -> bool:
     """True if the device's fused attention kernel takes these operands
     (:mod:`simaccel.codegen.templates_attention`): the op then stays in the graph."""
-    return fused_attention_takes([tuple(t.shape) for t in (query, key, value)],
-                                 [str(t.dtype).removeprefix("torch.") for t in
-                                  (query, key, value)], attn_mask is not None, 0.0)
+    operands = [t for t in (query, key, value, attn_mask) if t is not None]
+    return fused_attention_takes([tuple(t.shape) for t in operands],
+                                 [str(t.dtype).removeprefix("torch.") for t in operands],
+                                 0.0)
 
 
 def sdpa_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

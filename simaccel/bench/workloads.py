@@ -172,6 +172,12 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
+def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     keep: torch.Tensor) -> torch.Tensor:
+    """Attention over padded sequences: ``keep`` (batch, 1, 1, keys) is False on padding."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+
+
 def mlp(d_in: int, hidden: int, d_out: int) -> nn.Module:
     """Linear-GELU-Linear in eval mode."""
     return nn.Sequential(nn.Linear(d_in, hidden), nn.GELU(), nn.Linear(hidden, d_out)).eval()
@@ -241,6 +247,17 @@ def _ln_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
 def _attn_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
     shape = (1, 2, 16, 8) if quick else (4, 8, 128, 64)
     return causal_attention, tuple(torch.randn(*shape) for _ in range(3))
+
+
+def _masked_attn_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
+    """Encoder-style attention over a batch of padded sequences (the first padded by a
+    quarter of its keys): a boolean padding mask, no causal mask."""
+    torch.manual_seed(0)
+    batch, heads, length, dim = (1, 2, 16, 8) if quick else (4, 8, 128, 64)
+    keep = torch.ones(batch, 1, 1, length, dtype=torch.bool)
+    keep[0, ..., length - length // 4:] = False
+    return masked_attention, (*(torch.randn(batch, heads, length, dim) for _ in range(3)),
+                              keep)
 
 
 def _gpt2_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
@@ -317,6 +334,7 @@ def _grouped_conv_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
 #: | mlp              | (1e-3, 1e-3)   | GEMM sums of 512-2048 products, blocked differently   |
 #: | layernorm_gelu   | (1e-4, 1e-4)   | row mean and variance over 1024, reordered (3e-6)     |
 #: | causal_attention | (1e-3, 1e-4)   | softmax of 128-long rows between two GEMMs            |
+#: | masked_attention | (1e-3, 1e-4)   | the same, padded keys masked                          |
 #: | gpt2             | (1e-3, 1e-3)   | logits after 6 blocks of GEMMs, layer norms, softmax  |
 #: | row_reductions*  | (1e-4, 1e-3)   | sums of 1024 N(0, 1) values (~32), reordered (4e-5)   |
 #: | *_bf16           | rtol 1.6e-2    | bfloat16 inputs and parameters; inductor and simaccel |
@@ -335,6 +353,9 @@ KERNEL_WORKLOADS: dict[str, KernelWorkload] = {w.name: w for w in (
     KernelWorkload("layernorm_gelu", _ln_workload, ("256x1024", "32x128"), (1e-4, 1e-4)),
     KernelWorkload("causal_attention", _attn_workload, ("4x8x128x64", "1x2x16x8"),
                    (1e-3, 1e-4)),
+    KernelWorkload("masked_attention", _masked_attn_workload,
+                   ("4x8x128x64 padding mask", "1x2x16x8 padding mask"), (1e-3, 1e-4),
+                   in_quick=False),
     KernelWorkload("gpt2", _gpt2_workload, ("6 layers, 2x64 tokens", "1 layer, 2x16 tokens"),
                    (1e-3, 1e-3)),
     KernelWorkload("row_reductions", _reductions_workload, ("4096x1024", "64x128"),

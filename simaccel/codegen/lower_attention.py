@@ -14,7 +14,7 @@ from simaccel.codegen.graph import GraphLowering, extern
 from simaccel.codegen.ir import Layout
 from simaccel.codegen.lower_library import library_call
 from simaccel.codegen.registry import register
-from simaccel.codegen.sizes import Size, is_value, known_true, prod, shape_of
+from simaccel.codegen.sizes import Size, is_symbolic, is_value, known_true, prod, shape_of
 from simaccel.codegen.values import Realized, TensorValue
 
 aten = torch.ops.aten
@@ -37,31 +37,49 @@ def _operand(ctx: GraphLowering, x: TensorValue) -> tuple[Realized, list[Size]]:
     return x, [0, h * rows * dim, rows * dim, dim]
 
 
+def _mask_operand(ctx: GraphLowering, mask: TensorValue) -> tuple[Realized, list[Size]]:
+    """The additive mask as a buffer the template reads in place (a broadcast view as it
+    is stored), and its offset and (batch, head, query, key) strides in elements: 0 along
+    the dims it is broadcast on (size 1, or missing in front)."""
+    mask = ctx.realize(mask)
+    strides = [0 if is_value(n, 1) else stride
+               for n, stride in zip(mask.shape, mask.layout.strides)]
+    return mask, [mask.layout.offset, *[0] * (4 - len(strides)), *strides]
+
+
 def fused_attention(ctx: GraphLowering, query: TensorValue, key: TensorValue,
-                    value: TensorValue, is_causal: bool, scale: float | None,
-                    metas: list[Any]) -> list[Realized]:
+                    value: TensorValue, mask: TensorValue | None, is_causal: bool,
+                    scale: float | None, metas: list[Any]) -> list[Realized]:
     """(output, logsumexp) by the fused template, the output laid out as eager's op lays
     it out (``metas``: the op's example results; sizes static or dynamic)."""
     b, h, length, dim = query.shape
     keys, dim_v = key.shape[2], value.shape[3]
     operands = [_operand(ctx, x) for x in (query, key, value)]
+    if mask is not None:
+        operands.append(_mask_operand(ctx, mask))
     shape, out_strides = shape_of(metas[0].shape), shape_of(metas[0].stride())
     out_name = ctx.new_buffer(query.dtype, prod(shape))
     out = Realized(shape, query.dtype, Layout(out_name, shape, out_strides, 0))
     lse = ctx.new_tensor((b, h, length), query.dtype)
     factor = None if scale is None else float(scale)
-    source = templates_attention.attention(query.dtype, is_causal, factor)
+    masked = mask is not None
+    key_stride = operands[3][1][4] if masked else None
+    source = templates_attention.attention(
+        query.dtype, is_causal, factor, masked,
+        None if is_symbolic(key_stride) else key_stride)
     params = [b, h, length, keys, dim, dim_v, templates_attention.query_block(length)]
-    for _, strides in operands:
+    for _, strides in operands[:3]:
         params += strides
-    params += out_strides[:3]
+    params += [*out_strides[:3], *(operands[3][1] if masked else [])]
     macs = b * h * length * keys * (dim + dim_v)  # causal: about half of it
     itemsize = np.dtype(query.dtype).itemsize
-    nbytes = itemsize * (b * h * (length * (dim + dim_v + 1) + keys * (dim + dim_v)))
+    nbytes = itemsize * (b * h * (length * (dim + dim_v + 1) + keys * (dim + dim_v))
+                         + (prod(mask.shape) if masked else 0))
     buffers = [out_name, lse.layout.buffer] + [x.layout.buffer for x, _ in operands]
     extern(ctx, source, buffers, params, macs if is_causal else 2 * macs, nbytes,
            parallel=True, writes=(out_name, lse.layout.buffer),
-           numpy_source=templates_attention.attention_numpy(query.dtype, is_causal, factor))
+           numpy_source=templates_attention.attention_numpy(query.dtype, is_causal, factor,
+                                                            masked))
     return [out, lse]
 
 
@@ -70,11 +88,10 @@ def _flash_forward(ctx: GraphLowering, query: TensorValue, key: TensorValue,
                    value: TensorValue, dropout_p: float = 0.0, is_causal: bool = False, *,
                    attn_mask: Any = None, scale: float | None = None) -> list[Any]:
     metas = list(ctx.meta(ctx.current))
-    operands = (query, key, value)
+    operands = [x for x in (query, key, value, attn_mask) if x is not None]
     if templates_attention.fused_attention_takes(
-            [x.shape for x in operands], [x.dtype for x in operands], attn_mask is not None,
-            dropout_p):
-        return fused_attention(ctx, query, key, value, is_causal, scale, metas)
+            [x.shape for x in operands], [x.dtype for x in operands], dropout_p):
+        return fused_attention(ctx, query, key, value, attn_mask, is_causal, scale, metas)
     kwargs = {"attn_mask": attn_mask, "scale": scale}
     return library_call(ctx, "attention", ctx.current.target,
                         (query, key, value, dropout_p, is_causal), kwargs, metas)

@@ -5,6 +5,7 @@ launched, DMA moved, no host fallback) and shows the one kernel ran; backward go
 through the logsumexp the kernel stores."""
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import subprocess
@@ -104,17 +105,99 @@ def test_fused_attention_gradients_equal_eager(causal):
     assert simaccel.get_device().runtime_stats()["host_fallback_ops"] == 0
 
 
-@pytest.mark.parametrize("has_mask, dropout, dtype, shape, takes", [
-    (False, 0.0, "float32", (2, 4, 8, 8), True),
-    (True, 0.0, "float32", (2, 4, 8, 8), False),  # masks: the GEMM decomposition
-    (False, 0.1, "float32", (2, 4, 8, 8), False),
-    (False, 0.0, "bfloat16", (2, 4, 8, 8), False),  # no bfloat16 GEMM in the BLAS
-    (False, 0.0, "float32", (4, 8, 8), False),  # 3-D
+@pytest.mark.parametrize("mask, dropout, dtype, shape, takes", [
+    (None, 0.0, "float32", (2, 4, 8, 8), True),
+    ((8, 8), 0.0, "float32", (2, 4, 8, 8), True),  # an additive mask, broadcast
+    ((2, 1, 1, 8), 0.0, "float64", (2, 4, 8, 8), True),  # a padding mask
+    ((3, 1, 8, 8), 0.0, "float32", (2, 4, 8, 8), False),  # batch 3 against 2
+    ((1, 2, 4, 8, 8), 0.0, "float32", (2, 4, 8, 8), False),  # 5-D
+    (None, 0.1, "float32", (2, 4, 8, 8), False),
+    (None, 0.0, "bfloat16", (2, 4, 8, 8), False),  # no bfloat16 GEMM in the BLAS
+    (None, 0.0, "float32", (4, 8, 8), False),  # 3-D
 ])
-def test_what_the_fused_kernel_takes(has_mask, dropout, dtype, shape, takes):
-    shapes = [shape, shape, shape]
-    assert templates_attention.fused_attention_takes(shapes, [dtype] * 3, has_mask,
+def test_what_the_fused_kernel_takes(mask, dropout, dtype, shape, takes):
+    shapes = [shape, shape, shape] + ([mask] if mask else [])
+    assert templates_attention.fused_attention_takes(shapes, [dtype] * len(shapes),
                                                      dropout) is takes
+
+
+def test_a_mask_of_another_dtype_is_not_taken():
+    shapes = [(2, 4, 8, 8)] * 3 + [(8, 8)]
+    dtypes = ["float32"] * 3 + ["float64"]
+    assert not templates_attention.fused_attention_takes(shapes, dtypes, 0.0)
+
+
+def _masks(batch: int, heads: int, length: int, keys: int) -> dict:
+    """Masks as models pass them: boolean (SDPA turns it additive before the op, one
+    small pointwise kernel), additive biases, broadcast or full, with a row masked whole
+    (a padded query)."""
+    torch.manual_seed(1)
+    whole_row = (torch.rand(length, keys) > 0.3) | torch.eye(length, keys, dtype=torch.bool)
+    whole_row[3] = False
+    keep = torch.ones(batch, 1, 1, keys, dtype=torch.bool)
+    keep[0, ..., keys - 5:] = False  # the first sequence padded by 5 keys
+    slopes = torch.arange(1, heads + 1).view(1, heads, 1, 1) / heads
+    distance = torch.arange(keys).view(1, keys) - torch.arange(length).view(length, 1)
+    return {"bool, a row masked whole": whole_row, "padding": keep,
+            "bool per head": torch.rand(batch, heads, length, keys) > 0.5,
+            "additive per batch": torch.randn(batch, 1, length, keys),
+            "ALiBi bias": -slopes * distance.abs()}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kind", list(_masks(2, 3, 37, 45)))
+def test_masked_attention_equals_eager_in_the_fused_kernel(kind, dtype):
+    """The mask is read in place (broadcast dims by stride 0) and added to the tile's
+    scores; a row masked whole returns 0 as eager's op does."""
+    torch.manual_seed(0)
+    mask = _masks(2, 3, 37, 45)[kind]
+    mask = mask if mask.dtype == torch.bool else mask.to(dtype)
+    q = torch.randn(2, 3, 37, 16, dtype=dtype)
+    k, v = (torch.randn(2, 3, 45, 16, dtype=dtype) for _ in range(2))
+    result = check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+                   q, k, v, mask, **TOL[dtype])
+    # a boolean mask becomes additive in one pointwise kernel, then the one attention kernel
+    assert _kinds(result)[-1:] == ["extern"] and len(_kinds(result)) <= 2
+    source = pathlib.Path(result.reports[-1].kernels[-1].path).read_text()
+    assert "gemm(" in source and "mask[" in source
+
+
+def _masked_sdpa(q, k, v, mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_masked_attention_gradients_equal_eager():
+    """The backward reads the logsumexp the masked kernel stored (0 for the row masked
+    whole, whose gradients are 0)."""
+    torch.manual_seed(0)
+    mask = _masks(2, 2, 24, 24)["bool, a row masked whole"]
+    inputs = [torch.randn(2, 2, 24, 16, requires_grad=True) for _ in range(3)]
+    reference = [t.detach().clone().requires_grad_() for t in inputs]
+    torch._dynamo.reset()
+    simaccel.clear_reports()
+    compiled = torch.compile(lambda q, k, v: _masked_sdpa(q, k, v, mask).square().sum(),
+                             backend="simaccel")
+    got = torch.autograd.grad(compiled(*inputs), inputs)
+    want = torch.autograd.grad(_masked_sdpa(*reference, mask).square().sum(), reference)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    assert "extern" in [k.kind for r in simaccel.reports() for k in r.kernels]
+    assert simaccel.get_device().runtime_stats()["host_fallback_ops"] == 0
+
+
+def test_a_padding_mask_with_dynamic_sizes_runs_in_one_graph():
+    """dynamic=True: a (batch, 1, 1, keys) padding mask's sizes are the operands' size
+    symbols; one graph and one attention kernel serve every (batch, length)."""
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    simaccel.clear_reports()
+    fn = torch.compile(_masked_sdpa, backend="simaccel", dynamic=True)
+    for batch, length in ((2, 24), (3, 41)):
+        q, k, v = (torch.randn(batch, 4, length, 16) for _ in range(3))
+        mask = _masks(batch, 4, length, length)["padding"]
+        torch.testing.assert_close(fn(q, k, v, mask), _masked_sdpa(q, k, v, mask),
+                                   **TOL[torch.float32])
+    assert [k.kind for r in simaccel.reports() for k in r.kernels] == ["pointwise", "extern"]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -164,20 +247,24 @@ def test_a_cached_attention_kernel_links_in_a_new_process(tmp_path):
     assert compiled == 0 and hits >= 1
 
 
-@pytest.mark.parametrize("causal", [True, False])
-def test_the_tier0_form_equals_eager(causal):
+@pytest.mark.parametrize("causal, masked", [(True, False), (False, False), (False, True)])
+def test_the_tier0_form_equals_eager(causal, masked):
     """The template's numpy form (what a cold first call runs while numba compiles the
-    kernel) computes what eager computes, on strided operands too."""
+    kernel) computes what eager computes, on strided operands too, and with a mask that
+    masks a row whole."""
     torch.manual_seed(0)
     q = torch.randn(2, 40, 3, 16).transpose(1, 2)  # (batch, heads, length, dim), strided
-    k, v = (torch.randn(2, 3, 24 if not causal else 40, 16) for _ in range(2))
+    keys = 24 if not causal else 40
+    k, v = (torch.randn(2, 3, keys, 16) for _ in range(2))
+    mask = _masks(2, 3, 40, keys)["bool, a row masked whole"] if masked else None
     torch._dynamo.reset()
     device = simaccel.get_device()
     device.reset_stats()
-    fn = torch.compile(_sdpa(causal), backend="simaccel", options={"tier0": "only"})
-    torch.testing.assert_close(fn(q, k, v), _sdpa(causal)(q, k, v), **TOL[torch.float32])
+    sdpa = functools.partial(F.scaled_dot_product_attention, is_causal=causal, attn_mask=mask)
+    fn = torch.compile(sdpa, backend="simaccel", options={"tier0": "only"})
+    torch.testing.assert_close(fn(q, k, v), sdpa(q, k, v), **TOL[torch.float32])
     stats = device.runtime_stats()
-    assert stats["tier0_launches"] == 1 and stats["kernels_compiled"] == 0
+    assert stats["tier0_launches"] == 1 + masked and stats["kernels_compiled"] == 0
 
 
 def test_dynamic_lengths_run_the_fused_kernel_in_one_graph():
