@@ -9,10 +9,13 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from simaccel.codegen.blas_symbols import GEMM_ROUTINES, gemm_addresses
+from simaccel.codegen.blas_symbols import (GEMM_ROUTINES, THREADS_ROUTINE, gemm_addresses,
+                                           threads_address)
 
 for _dtype, _address in gemm_addresses().items():
     llvm.add_symbol(GEMM_ROUTINES[_dtype][1], _address)
+if gemm_addresses():
+    llvm.add_symbol(THREADS_ROUTINE[1], threads_address())
 
 #: the characters BLAS reads as "as stored" and "transposed"
 AS_STORED, TRANSPOSED = ord("N"), ord("T")
@@ -48,4 +51,21 @@ def gemm(typingctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, c, ldc):
         fnty = ir.FunctionType(ir.VoidType(), [value.type for value in call])
         builder.call(cgutils.get_or_insert_function(builder.module, fnty, symbol), call)
         return context.get_dummy_value()
+    return signature, codegen
+
+
+@intrinsic
+def blas_threads_local(typingctx, count):
+    """Set the calling thread's BLAS thread count to ``count`` (0: the global count again)
+    and return the one it had: a kernel task calls the GEMM single-threaded under any
+    threading layer, and restores the count, since one of its threads is the caller's."""
+    if not isinstance(count, types.Integer):
+        return None
+    signature = types.int32(count)
+
+    def codegen(context, builder, sig, args):
+        value = context.cast(builder, args[0], sig.args[0], types.int32)
+        fnty = ir.FunctionType(ir.IntType(32), [ir.IntType(32)])
+        function = cgutils.get_or_insert_function(builder.module, fnty, THREADS_ROUTINE[1])
+        return builder.call(function, [value])
     return signature, codegen

@@ -5,9 +5,12 @@ inside a fused kernel.
 PyTorch's x86 wheels link MKL into ``libtorch_cpu`` and export its Fortran-convention
 ``sgemm_`` and ``dgemm_`` (every argument by address). numpy's or scipy's OpenBLAS is not
 used: inside a parallel kernel its own thread pool fights numba's for the cores
-(OpenBLAS warns "Detect OpenMP Loop" and a 4x8x128x64 attention took 6x longer), while
-MKL, sharing the OpenMP runtime PyTorch loaded, runs single-threaded in each of numba's
-threads.
+(OpenBLAS warns "Detect OpenMP Loop" and a 4x8x128x64 attention took 6x longer). MKL,
+sharing the OpenMP runtime PyTorch loaded, runs single-threaded inside numba's OpenMP
+threads; under numba's other threading layers (TBB, workqueue) it would start a team of
+its own in every task, so each task sets MKL's thread-local thread count to 1 while it
+runs (``MKL_Set_Num_Threads_Local``, also exported) and restores it after: the GEMM is
+used only where that control exists.
 """
 from __future__ import annotations
 
@@ -19,6 +22,10 @@ from pathlib import Path
 #: dtype -> (the BLAS routine, the name kernels link it under)
 GEMM_ROUTINES = {"float32": ("sgemm_", "simaccel_sgemm"),
                  "float64": ("dgemm_", "simaccel_dgemm")}
+
+#: MKL's thread-local thread count (C convention: ``int f(int)``, returns the previous
+#: count, 0 for "the global one"), and the name kernels link it under
+THREADS_ROUTINE = ("MKL_Set_Num_Threads_Local", "simaccel_blas_threads_local")
 
 
 @functools.cache
@@ -36,15 +43,26 @@ def _torch_library() -> ctypes.CDLL | None:
 
 
 @functools.cache
-def gemm_addresses() -> dict[str, int]:
-    """dtype -> address of its GEMM routine, for the dtypes PyTorch's library exports one."""
+def _address(routine: str) -> int | None:
+    """The address of ``routine`` in PyTorch's library, or None if it exports none."""
     library = _torch_library()
-    found = {}
-    for dtype, (routine, _) in GEMM_ROUTINES.items():
-        function = getattr(library, routine, None) if library is not None else None
-        if function is not None:
-            found[dtype] = ctypes.cast(function, ctypes.c_void_p).value
-    return found
+    function = getattr(library, routine, None) if library is not None else None
+    return None if function is None else ctypes.cast(function, ctypes.c_void_p).value
+
+
+@functools.cache
+def gemm_addresses() -> dict[str, int]:
+    """dtype -> address of its GEMM routine, for the dtypes PyTorch's library exports one
+    (none without :data:`THREADS_ROUTINE`: see the module's docstring)."""
+    if threads_address() is None:
+        return {}
+    found = {dtype: _address(routine) for dtype, (routine, _) in GEMM_ROUTINES.items()}
+    return {dtype: address for dtype, address in found.items() if address is not None}
+
+
+def threads_address() -> int | None:
+    """The address of :data:`THREADS_ROUTINE`, or None."""
+    return _address(THREADS_ROUTINE[0])
 
 
 def has_gemm(dtype: str) -> bool:

@@ -112,7 +112,8 @@ def attention(dtype: str, causal: bool, scale: float | None, masked: bool = Fals
     mask_row = "        m0 = m_off + b*m_sb + h*m_sh + r0*m_sl\n" if masked else ""
     empty_sum = (f"            total = {f}(1.0) if total == 0 else total\n"
                  if masked else "")
-    return f"""from simaccel.codegen.blas_lib import AS_STORED, TRANSPOSED, gemm
+    return f"""from simaccel.codegen.blas_lib import (AS_STORED, TRANSPOSED, blas_threads_local,
+                                        gemm)
 
 
 def kernel(out, lse, q, k, v{mask_args}):
@@ -120,6 +121,7 @@ def kernel(out, lse, q, k, v{mask_args}):
     scale = {_scale_source(dtype, scale)}
     size = q.itemsize
     for t in prange(B * H * blocks):
+        threads = blas_threads_local(1)  # the GEMMs single-threaded under any layer
         bh = t // blocks
         b = bh // H
         h = bh % H
@@ -156,6 +158,7 @@ def kernel(out, lse, q, k, v{mask_args}):
             base = o0 + i*o_sl
             for d in range(DV):
                 out[np.uint64(base + d)] = out[np.uint64(base + d)] * inv
+        blas_threads_local(threads)
 """
 
 

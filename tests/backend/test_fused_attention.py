@@ -5,6 +5,7 @@ launched, DMA moved, no host fallback) and shows the one kernel ran; backward go
 through the logsumexp the kernel stores."""
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import pathlib
@@ -221,6 +222,34 @@ def test_blas_gemm_intrinsic_equals_numpy(dtype, trans_a, trans_b):
     op_a = a.T if not trans_a else a  # (m x k) as a matrix
     op_b = b.T if not trans_b else b
     np.testing.assert_allclose(c.T, op_a @ op_b, rtol=1e-5)
+
+
+def _blas_threads() -> int:
+    """The calling thread's MKL thread count."""
+    from simaccel.codegen.blas_symbols import _torch_library
+    function = _torch_library().MKL_Get_Max_Threads
+    function.restype = ctypes.c_int
+    return function()
+
+
+def test_each_task_runs_the_blas_single_threaded_and_restores_the_count():
+    """The intrinsic sets the thread's count and returns the one it had; after a call of
+    the kernel (whose tasks run on the caller's thread too) the caller's MKL runs with
+    as many threads as before, so eager matmuls after it keep theirs."""
+    from simaccel.codegen.blas_lib import blas_threads_local
+
+    @numba.njit
+    def set_and_restore(count):
+        before = blas_threads_local(count)
+        inside = blas_threads_local(before)
+        return before, inside
+    assert set_and_restore(1) == (0, 1)
+    before = _blas_threads()
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 64, 16) for _ in range(3))
+    result = check(_sdpa(True), q, k, v, **TOL[torch.float32])
+    assert "blas_threads_local(1)" in pathlib.Path(result.reports[-1].kernels[0].path).read_text()
+    assert _blas_threads() == before
 
 
 def test_a_cached_attention_kernel_links_in_a_new_process(tmp_path):
