@@ -10,14 +10,16 @@ the op's contract: the forward returns the real logsumexp, and the backward reco
 attention weights from it (the flash-attention recurrence, here as plain matmuls,
 softmax-style reductions and pointwise ops the device fuses).
 
-Which forward runs: float32 and float64 attention (static or dynamic sizes) without
-dropout, with or without a mask of its dtype (SDPA makes a boolean mask additive before
-the op), keeps the op, which the device runs as its fused attention kernel
+Which forward runs: floating-point attention (static or dynamic sizes) without dropout,
+with or without a mask (SDPA makes a boolean mask additive before the op), keeps the
+op, which the device runs as its fused attention kernel
 (:mod:`simaccel.codegen.templates_attention`: BLAS GEMMs per block of query rows, the
 mask added and the softmax in cache; 0.77-0.96x eager's op on the bench's 4x8x128x64
-causal case, where the GEMM pair below took 1.2-1.4x). The rest (bfloat16, or a torch
-whose library exports no BLAS GEMM) is decomposed below, or, static with long key rows,
-kept as one library call of eager's own op.
+causal case, where the GEMM pair below took 1.2-1.4x). bfloat16 and float16 run it in
+float32, the output rounded once and the logsumexp float32, as eager's op keeps it; the
+backward below then computes in float32 too. A torch whose library exports no BLAS GEMM
+takes the decomposition below, or, static with long key rows, one library call of
+eager's own op.
 """
 from __future__ import annotations
 
@@ -176,10 +178,29 @@ def sdpa_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor
                   value: torch.Tensor, out: torch.Tensor, logsumexp: torch.Tensor,
                   dropout_p: float, is_causal: bool, *, attn_mask: Any = None,
                   scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(grad_query, grad_key, grad_value) of the forward above."""
+    """(grad_query, grad_key, grad_value) of the forward above, or of the fused kernel's
+    (16-bit operands with its float32 logsumexp: computed in float32, as eager's op
+    accumulates, each gradient rounded once)."""
     if dropout_p or _library_runs(query, key, grad_out, value, out, logsumexp,
                                    attn_mask):
         return NotImplemented
+    dtype = query.dtype
+    if logsumexp.dtype != dtype:
+        grad_out, query, key, value, out = (t.to(logsumexp.dtype) for t in
+                                            (grad_out, query, key, value, out))
+        if attn_mask is not None and attn_mask.dtype != torch.bool:
+            attn_mask = attn_mask.to(logsumexp.dtype)
+    grads = _backward(grad_out, query, key, value, out, logsumexp, is_causal, attn_mask,
+                      scale)
+    return tuple(g.to(dtype) for g in grads)  # type: ignore[return-value]
+
+
+def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+              value: torch.Tensor, out: torch.Tensor, logsumexp: torch.Tensor,
+              is_causal: bool, attn_mask: Any, scale: float | None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`sdpa_backward` on operands of one dtype: the flash recurrence's backward,
+    the attention weights recomputed from the logsumexp."""
     factor = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
     scores = _scores(query, key, is_causal, attn_mask, scale)
     weights = torch.exp(scores - logsumexp.unsqueeze(-1))

@@ -362,7 +362,7 @@ def _guard_check_ratio(result: BenchResult) -> float | None:
 KERNEL_TARGETS = (("chain8", 1 / 2), ("row_reductions", 1 / 1.5),
                   ("row_reductions_static", 1 / 1.5), ("sort_last", 1.5), ("topk16", 1.5),
                   ("grouped_conv", 1.5), ("causal_attention", 1.0), ("masked_attention", 1.0),
-                  ("mlp", 1.0))
+                  ("causal_attention_bf16", 1.0), ("mlp", 1.0))
 
 
 #: issue 16's steady-state bounds against a compiled backend: (workload, backend)

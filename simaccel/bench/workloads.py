@@ -345,6 +345,8 @@ def _grouped_conv_workload(quick: bool) -> tuple[ScenarioFn, tuple]:
 #: |                  |                | (0.234, inductor the same 0.234)                      |
 #: | layernorm_gelu_. | atol 1e-3      | the normalized row rounded before GELU (1.8e-4)       |
 #: | mlp_bf16         | atol 8e-3      | eager rounds the hidden layer: 2 ulps of 0.5..1 (2e-3)|
+#: | causal_attention_| atol 1e-2      | eager rounds the weights before their GEMM, simaccel  |
+#: | bf16             |                | computes in float32 and rounds the output once (7e-3) |
 #: | sort_last, topk16| exact          | distinct values: no ties, so the indices agree too    |
 #: | grouped_conv     | (1e-4, 1e-4)   | sums of 8 * 9 products, reordered (4e-7)              |
 KERNEL_WORKLOADS: dict[str, KernelWorkload] = {w.name: w for w in (
@@ -366,6 +368,8 @@ KERNEL_WORKLOADS: dict[str, KernelWorkload] = {w.name: w for w in (
                    (1.6e-2, 0.6)),
     KernelWorkload("layernorm_gelu_bf16", _bf16(_ln_workload),
                    ("256x1024 bf16", "32x128 bf16"), (1.6e-2, 1e-3)),
+    KernelWorkload("causal_attention_bf16", _bf16(_attn_workload),
+                   ("4x8x128x64 bf16", "1x2x16x8 bf16"), (1.6e-2, 1e-2), in_quick=False),
     KernelWorkload("mlp_bf16", _bf16(_mlp_workload),
                    ("512-2048-512 b64 bf16", "64-256-64 b8 bf16"), (1.6e-2, 8e-3)),
     KernelWorkload("sort_last", _sort_workload, ("1024x4096", "16x256"), (0.0, 0.0),

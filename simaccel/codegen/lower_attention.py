@@ -11,8 +11,10 @@ import torch
 
 from simaccel.codegen import templates_attention
 from simaccel.codegen.graph import GraphLowering, extern
+from simaccel.codegen.dtypes import compute_dtype
 from simaccel.codegen.ir import Layout
 from simaccel.codegen.lower_library import library_call
+from simaccel.codegen.operands import as_dtype
 from simaccel.codegen.registry import register
 from simaccel.codegen.sizes import Size, is_symbolic, is_value, known_true, prod, shape_of
 from simaccel.codegen.values import Realized, TensorValue
@@ -51,36 +53,38 @@ def fused_attention(ctx: GraphLowering, query: TensorValue, key: TensorValue,
                     value: TensorValue, mask: TensorValue | None, is_causal: bool,
                     scale: float | None, metas: list[Any]) -> list[Realized]:
     """(output, logsumexp) by the fused template, the output laid out as eager's op lays
-    it out (``metas``: the op's example results; sizes static or dynamic)."""
+    it out (``metas``: the op's example results; sizes static or dynamic). 16-bit
+    operands are computed in float32 (converted as they are read into the template's
+    operands) and the output rounded once; the logsumexp is float32, as eager's."""
     b, h, length, dim = query.shape
     keys, dim_v = key.shape[2], value.shape[3]
-    operands = [_operand(ctx, x) for x in (query, key, value)]
+    dtype = compute_dtype(query.dtype)
+    operands = [_operand(ctx, as_dtype(x, dtype)) for x in (query, key, value)]
     if mask is not None:
-        operands.append(_mask_operand(ctx, mask))
+        operands.append(_mask_operand(ctx, as_dtype(mask, dtype)))
     shape, out_strides = shape_of(metas[0].shape), shape_of(metas[0].stride())
-    out_name = ctx.new_buffer(query.dtype, prod(shape))
-    out = Realized(shape, query.dtype, Layout(out_name, shape, out_strides, 0))
-    lse = ctx.new_tensor((b, h, length), query.dtype)
+    out_name = ctx.new_buffer(dtype, prod(shape))
+    out = Realized(shape, dtype, Layout(out_name, shape, out_strides, 0))
+    lse = ctx.new_tensor((b, h, length), dtype)
     factor = None if scale is None else float(scale)
     masked = mask is not None
     key_stride = operands[3][1][4] if masked else None
     source = templates_attention.attention(
-        query.dtype, is_causal, factor, masked,
-        None if is_symbolic(key_stride) else key_stride)
+        dtype, is_causal, factor, masked, None if is_symbolic(key_stride) else key_stride)
     params = [b, h, length, keys, dim, dim_v, templates_attention.query_block(length)]
     for _, strides in operands[:3]:
         params += strides
     params += [*out_strides[:3], *(operands[3][1] if masked else [])]
     macs = b * h * length * keys * (dim + dim_v)  # causal: about half of it
-    itemsize = np.dtype(query.dtype).itemsize
+    itemsize = np.dtype(dtype).itemsize
     nbytes = itemsize * (b * h * (length * (dim + dim_v + 1) + keys * (dim + dim_v))
                          + (prod(mask.shape) if masked else 0))
     buffers = [out_name, lse.layout.buffer] + [x.layout.buffer for x, _ in operands]
     extern(ctx, source, buffers, params, macs if is_causal else 2 * macs, nbytes,
            parallel=True, writes=(out_name, lse.layout.buffer),
-           numpy_source=templates_attention.attention_numpy(query.dtype, is_causal, factor,
+           numpy_source=templates_attention.attention_numpy(dtype, is_causal, factor,
                                                             masked))
-    return [out, lse]
+    return [as_dtype(out, query.dtype), lse]
 
 
 @register(aten._scaled_dot_product_flash_attention_for_cpu.default)

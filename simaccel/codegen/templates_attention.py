@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from simaccel.codegen.blas_symbols import has_gemm
+from simaccel.codegen.dtypes import compute_dtype
 from simaccel.codegen.sizes import hint, is_symbolic, is_value, same_size
 
 #: parameters of the template after its five buffers (``out, lse, q, k, v``)
@@ -49,12 +50,17 @@ def fused_attention_takes(shapes: Sequence[Sequence[Any]], dtypes: Sequence[str]
     """True if the template computes attention on query, key, value and (if a fourth is
     given) an additive mask of these shapes (static or dynamic sizes; a dynamic size is
     at least 2) and dtypes (numpy names): 4-D operands whose batch, head and head-dim
-    sizes match, and key and value lengths; a mask of the same dtype broadcastable to
-    (batch, head, query, key); no dropout; one float dtype the device's BLAS has a GEMM
-    for. The op itself fails on operands whose sizes differ there, so a dynamic pair the
-    shape env does not know equal (a KV cache's key and value lengths, two symbols) is
-    guarded equal: a guard no valid call fails."""
-    if dropout_p or len(shapes) not in (3, 4) or len(set(dtypes)) != 1:
+    sizes match, and key and value lengths; a mask broadcastable to (batch, head, query,
+    key), of the operands' dtype or their compute dtype; no dropout; one float dtype
+    whose compute dtype (float32 for the 16-bit floats, computed in float32 as eager's op
+    accumulates them) the device's BLAS has a GEMM for. The op itself fails on operands
+    whose sizes differ there, so a dynamic pair the shape env does not know equal (a KV
+    cache's key and value lengths, two symbols) is guarded equal: a guard no valid call
+    fails."""
+    if dropout_p or len(shapes) not in (3, 4) or len(set(dtypes[:3])) != 1:
+        return False
+    compute = compute_dtype(dtypes[0])
+    if dtypes[3:] and dtypes[3] not in (dtypes[0], compute):
         return False
     mask = shapes[3] if len(shapes) == 4 else ()
     if not all(len(s) == 4 for s in shapes[:3]) or len(mask) > 4:
@@ -66,7 +72,7 @@ def fused_attention_takes(shapes: Sequence[Sequence[Any]], dtypes: Sequence[str]
     for size, full in zip(reversed(mask), (s, length, h, b)):
         if not is_value(size, 1):  # broadcast along a dim of static size 1
             pairs.append((size, full))
-    return has_gemm(dtypes[0]) and all(same_size(x, y) or bool(x == y) for x, y in pairs)
+    return has_gemm(compute) and all(same_size(x, y) or bool(x == y) for x, y in pairs)
 
 
 def _scale_source(dtype: str, scale: float | None) -> str:

@@ -113,7 +113,8 @@ def test_fused_attention_gradients_equal_eager(causal):
     ((3, 1, 8, 8), 0.0, "float32", (2, 4, 8, 8), False),  # batch 3 against 2
     ((1, 2, 4, 8, 8), 0.0, "float32", (2, 4, 8, 8), False),  # 5-D
     (None, 0.1, "float32", (2, 4, 8, 8), False),
-    (None, 0.0, "bfloat16", (2, 4, 8, 8), False),  # no bfloat16 GEMM in the BLAS
+    (None, 0.0, "bfloat16", (2, 4, 8, 8), True),  # computed in float32
+    (None, 0.0, "int32", (2, 4, 8, 8), False),  # no integer GEMM
     (None, 0.0, "float32", (4, 8, 8), False),  # 3-D
 ])
 def test_what_the_fused_kernel_takes(mask, dropout, dtype, shape, takes):
@@ -122,10 +123,58 @@ def test_what_the_fused_kernel_takes(mask, dropout, dtype, shape, takes):
                                                      dropout) is takes
 
 
-def test_a_mask_of_another_dtype_is_not_taken():
+@pytest.mark.parametrize("dtype, mask_dtype, takes", [
+    ("float32", "float64", False), ("bfloat16", "float32", True),  # eager takes both
+    ("bfloat16", "float64", False)])
+def test_a_mask_of_the_operands_or_their_compute_dtype_is_taken(dtype, mask_dtype, takes):
     shapes = [(2, 4, 8, 8)] * 3 + [(8, 8)]
-    dtypes = ["float32"] * 3 + ["float64"]
-    assert not templates_attention.fused_attention_takes(shapes, dtypes, 0.0)
+    dtypes = [dtype] * 3 + [mask_dtype]
+    assert templates_attention.fused_attention_takes(shapes, dtypes, 0.0) is takes
+
+
+#: one unit in the last place, relative: bfloat16 keeps 8 significant bits, float16 11
+HALF_ULP = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("masked", [False, True])
+def test_half_attention_runs_in_float32_and_rounds_once(dtype, masked):
+    """16-bit q, k, v are converted as they are read, attention runs in the float32
+    kernel and the output is rounded once: within one unit in the last place of the
+    float32 result (eager's op also rounds the weights before their GEMM), and close to
+    eager's output at the 16-bit tolerance."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 40, 16, dtype=dtype) for _ in range(3))
+    mask = _masks(2, 3, 40, 40)["padding"] if masked else None
+    sdpa = functools.partial(F.scaled_dot_product_attention, attn_mask=mask,
+                             is_causal=not masked)
+    result = check(sdpa, q, k, v, rtol=1.6e-2, atol=1e-2)
+    assert "extern" in _kinds(result)
+    exact = sdpa(q.float(), k.float(), v.float())
+    torch.testing.assert_close(result.outputs.float(), exact, rtol=HALF_ULP[dtype], atol=1e-5)
+
+
+def test_bfloat16_attention_gradients_are_as_close_to_float32_as_eagers():
+    """The backward of the float32 forward: computed in float32 from its float32
+    logsumexp, each gradient rounded once; no further from the float32 gradients than
+    twice eager's distance plus a tenth of bfloat16's tolerance."""
+    torch.manual_seed(0)
+    inputs = [torch.randn(2, 2, 24, 16, dtype=torch.bfloat16, requires_grad=True)
+              for _ in range(3)]
+
+    def loss(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).float().square().sum()
+    torch._dynamo.reset()
+    simaccel.clear_reports()
+    got = torch.autograd.grad(torch.compile(loss, backend="simaccel")(*inputs), inputs)
+    reference = [t.detach().clone().requires_grad_() for t in inputs]
+    want = torch.autograd.grad(loss(*reference), reference)
+    as_float = [t.detach().float().requires_grad_() for t in inputs]
+    exact = torch.autograd.grad(loss(*as_float), as_float)
+    for g, e, x in zip(got, want, exact):
+        assert g.dtype == torch.bfloat16
+        assert (g.float() - x).abs().max() <= 2 * (e.float() - x).abs().max() + 1.6e-3
+    assert "extern" in [k.kind for r in simaccel.reports() for k in r.kernels]
 
 
 def _masks(batch: int, heads: int, length: int, keys: int) -> dict:
