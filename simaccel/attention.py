@@ -11,8 +11,9 @@ attention weights from it (the flash-attention recurrence, here as plain matmuls
 softmax-style reductions and pointwise ops the device fuses).
 
 Which forward runs: floating-point attention (static or dynamic sizes) without dropout,
-with or without a mask (SDPA makes a boolean mask additive before the op), keeps the
-op, which the device runs as its fused attention kernel
+with or without a mask (SDPA makes a boolean mask additive before the op), grouped-query
+attention too (``enable_gqa``: the op takes fewer key and value heads; the
+decompositions below repeat them), keeps the op, which the device runs as its fused attention kernel
 (:mod:`simaccel.codegen.templates_attention`: BLAS GEMMs per block of query rows, the
 mask added and the softmax in cache; 0.77-0.96x eager's op on the bench's 4x8x128x64
 causal case, where the GEMM pair below took 1.2-1.4x). bfloat16 and float16 run it in
@@ -97,6 +98,7 @@ def sdpa_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     if dropout_p or _fused_runs(query, key, value, attn_mask) \
             or _library_runs(query, key, value, attn_mask):
         return NotImplemented
+    key, value = (_repeat_heads(t, query.shape[-3]) for t in (key, value))
     if is_causal and attn_mask is None and _splits(query, key):
         return _causal_halves(query, key, value, scale)
     scores = _scores(query, key, is_causal, attn_mask, scale)
@@ -190,9 +192,28 @@ def sdpa_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor
                                             (grad_out, query, key, value, out))
         if attn_mask is not None and attn_mask.dtype != torch.bool:
             attn_mask = attn_mask.to(logsumexp.dtype)
-    grads = _backward(grad_out, query, key, value, out, logsumexp, is_causal, attn_mask,
-                      scale)
+    kv_heads = key.shape[-3]
+    key, value = (_repeat_heads(t, query.shape[-3]) for t in (key, value))
+    grad_query, grad_key, grad_value = _backward(grad_out, query, key, value, out,
+                                                 logsumexp, is_causal, attn_mask, scale)
+    grads = (grad_query, _sum_groups(grad_key, kv_heads), _sum_groups(grad_value, kv_heads))
     return tuple(g.to(dtype) for g in grads)  # type: ignore[return-value]
+
+
+def _repeat_heads(t: torch.Tensor, heads: Any) -> torch.Tensor:
+    """Grouped-query attention's keys or values (``enable_gqa``: fewer heads than the
+    query's, each serving a group of consecutive query heads) repeated to ``heads``."""
+    if t.dim() < 3 or t.shape[-3] == heads:
+        return t
+    return t.repeat_interleave(heads // t.shape[-3], dim=-3)
+
+
+def _sum_groups(grad: torch.Tensor, kv_heads: Any) -> torch.Tensor:
+    """The gradient of :func:`_repeat_heads`: each group's heads summed into its one."""
+    if grad.dim() < 3 or grad.shape[-3] == kv_heads:
+        return grad
+    *batch, heads, rows, dim = grad.shape
+    return grad.view(*batch, kv_heads, heads // kv_heads, rows, dim).sum(-3)
 
 
 def _backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,

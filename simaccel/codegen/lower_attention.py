@@ -71,13 +71,16 @@ def fused_attention(ctx: GraphLowering, query: TensorValue, key: TensorValue,
     key_stride = operands[3][1][4] if masked else None
     source = templates_attention.attention(
         dtype, is_causal, factor, masked, None if is_symbolic(key_stride) else key_stride)
-    params = [b, h, length, keys, dim, dim_v, templates_attention.query_block(length)]
+    kv_heads = key.shape[1]
+    params = [b, h, length, keys, dim, dim_v, templates_attention.query_block(length),
+              templates_attention.heads_group(h, kv_heads)]
     for _, strides in operands[:3]:
         params += strides
     params += [*out_strides[:3], *(operands[3][1] if masked else [])]
     macs = b * h * length * keys * (dim + dim_v)  # causal: about half of it
     itemsize = np.dtype(dtype).itemsize
-    nbytes = itemsize * (b * h * (length * (dim + dim_v + 1) + keys * (dim + dim_v))
+    nbytes = itemsize * (b * h * length * (dim + dim_v + 1)
+                         + b * kv_heads * keys * (dim + dim_v)
                          + (prod(mask.shape) if masked else 0))
     buffers = [out_name, lse.layout.buffer] + [x.layout.buffer for x, _ in operands]
     extern(ctx, source, buffers, params, macs if is_causal else 2 * macs, nbytes,

@@ -30,7 +30,8 @@ from simaccel.codegen.dtypes import compute_dtype
 from simaccel.codegen.sizes import hint, is_symbolic, is_value, same_size
 
 #: parameters of the template after its five buffers (``out, lse, q, k, v``)
-PARAMS = ("B, H, L, S, D, DV, BQ, q_off, q_sb, q_sh, q_sl, k_off, k_sb, k_sh, k_sl, "
+#: (``G``: query heads per key and value head, 1 but under grouped-query attention)
+PARAMS = ("B, H, L, S, D, DV, BQ, G, q_off, q_sb, q_sh, q_sl, k_off, k_sb, k_sh, k_sl, "
           "v_off, v_sb, v_sh, v_sl, o_sb, o_sh, o_sl")
 #: the mask's offset and (batch, head, query, key) strides, after :data:`PARAMS`
 MASK_PARAMS = "m_off, m_sb, m_sh, m_sl, m_ss"
@@ -68,11 +69,24 @@ def fused_attention_takes(shapes: Sequence[Sequence[Any]], dtypes: Sequence[str]
     if not all(is_symbolic(d) or int(d) > 0 for s in shapes for d in s):
         return False
     (b, h, length, d), (kb, kh, s, kd), (vb, vh, vs, _) = shapes[:3]
-    pairs = [(b, kb), (b, vb), (h, kh), (h, vh), (d, kd), (s, vs)]
+    pairs = [(b, kb), (b, vb), (kh, vh), (d, kd), (s, vs)]
     for size, full in zip(reversed(mask), (s, length, h, b)):
         if not is_value(size, 1):  # broadcast along a dim of static size 1
             pairs.append((size, full))
-    return has_gemm(compute) and all(same_size(x, y) or bool(x == y) for x, y in pairs)
+    return has_gemm(compute) and all(same_size(x, y) or bool(x == y) for x, y in pairs) \
+        and heads_group(h, kh) is not None
+
+
+def heads_group(heads: Any, kv_heads: Any) -> int | None:
+    """Query heads per key and value head: 1 where the counts are equal (a dynamic pair
+    guarded equal, as the sizes above), ``heads // kv_heads`` for grouped-query attention
+    (static counts, one a multiple of the other: SDPA's ``enable_gqa``, which passes the
+    fewer key and value heads to the op), None otherwise."""
+    if same_size(heads, kv_heads):
+        return 1
+    if is_symbolic(heads) or is_symbolic(kv_heads):
+        return 1 if bool(heads == kv_heads) else None
+    return heads // kv_heads if heads % kv_heads == 0 else None
 
 
 def _scale_source(dtype: str, scale: float | None) -> str:
@@ -137,8 +151,8 @@ def kernel(out, lse, q, k, v{mask_args}):
         tile = np.empty(rows * keys, q.dtype)
         sums = np.empty(rows, q.dtype)
         qa = q.ctypes.data + (q_off + b*q_sb + h*q_sh + r0*q_sl) * size
-        ka = k.ctypes.data + (k_off + b*k_sb + h*k_sh) * size
-        va = v.ctypes.data + (v_off + b*v_sb + h*v_sh) * size
+        ka = k.ctypes.data + (k_off + b*k_sb + (h // G)*k_sh) * size
+        va = v.ctypes.data + (v_off + b*v_sb + (h // G)*v_sh) * size
         o0 = b*o_sb + h*o_sh + r0*o_sl
 {mask_row}        # tile (rows x keys, row-major) = scale * q_block @ k^T: column-major k q^T
         gemm(TRANSPOSED, AS_STORED, keys, rows, D, scale, ka, k_sl, qa, q_sl,
@@ -187,8 +201,11 @@ def attention_numpy(dtype: str, causal: bool, scale: float | None,
     size = q.itemsize
     strided = np.lib.stride_tricks.as_strided
     Q = strided(q[q_off:], (B, H, L, D), (q_sb*size, q_sh*size, q_sl*size, size))
-    K = strided(k[k_off:], (B, H, S, D), (k_sb*size, k_sh*size, k_sl*size, size))
-    V = strided(v[v_off:], (B, H, S, DV), (v_sb*size, v_sh*size, v_sl*size, size))
+    # each key and value head read by the G query heads of its group (stride 0)
+    K = strided(k[k_off:], (B, H // G, G, S, D),
+                (k_sb*size, k_sh*size, 0, k_sl*size, size)).reshape(B, H, S, D)
+    V = strided(v[v_off:], (B, H // G, G, S, DV),
+                (v_sb*size, v_sh*size, 0, v_sl*size, size)).reshape(B, H, S, DV)
     O = strided(out, (B, H, L, DV), (o_sb*size, o_sh*size, o_sl*size, size))
     scores = np.matmul(Q, K.swapaxes(2, 3)) * {_scale_source(dtype, scale)}
 {add_mask}{causal_mask}    top = scores.max(axis=3, keepdims=True)

@@ -123,6 +123,41 @@ def test_what_the_fused_kernel_takes(mask, dropout, dtype, shape, takes):
                                                      dropout) is takes
 
 
+@pytest.mark.parametrize("kv_heads, takes", [(2, True), (3, False)])
+def test_grouped_query_attention_is_taken_where_the_heads_divide(kv_heads, takes):
+    shapes = [(2, 8, 16, 8)] + [(2, kv_heads, 16, 8)] * 2
+    assert templates_attention.fused_attention_takes(shapes, ["float32"] * 3, 0.0) is takes
+
+
+def _gqa(causal: bool):
+    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                          enable_gqa=True)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("causal", [True, False])
+def test_grouped_query_attention_equals_eager_forward_and_backward(causal, fused,
+                                                                   monkeypatch):
+    """``enable_gqa``: 2 key/value heads serve 8 query heads (4 consecutive each). The
+    fused kernel reads each key head for its group; the decomposition (a torch without
+    BLAS symbols) repeats them, and its backward sums each group's gradients."""
+    if not fused:
+        monkeypatch.setattr(templates_attention, "has_gemm", lambda dtype: False)
+    torch.manual_seed(0)
+    q = torch.randn(2, 8, 40, 16)
+    k, v = (torch.randn(2, 2, 40, 16) for _ in range(2))
+    result = check(_gqa(causal), q, k, v, **TOL[torch.float32])
+    assert (_kinds(result) == ["extern"]) is fused
+    inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+    reference = [t.clone().requires_grad_() for t in (q, k, v)]
+    compiled = torch.compile(lambda *a: _gqa(causal)(*a).square().sum(), backend="simaccel")
+    got = torch.autograd.grad(compiled(*inputs), inputs)
+    want = torch.autograd.grad(_gqa(causal)(*reference).square().sum(), reference)
+    for g, e in zip(got, want):
+        assert g.shape == e.shape
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("dtype, mask_dtype, takes", [
     ("float32", "float64", False), ("bfloat16", "float32", True),  # eager takes both
     ("bfloat16", "float64", False)])
@@ -325,20 +360,22 @@ def test_a_cached_attention_kernel_links_in_a_new_process(tmp_path):
     assert compiled == 0 and hits >= 1
 
 
-@pytest.mark.parametrize("causal, masked", [(True, False), (False, False), (False, True)])
-def test_the_tier0_form_equals_eager(causal, masked):
+@pytest.mark.parametrize("causal, masked, kv_heads", [
+    (True, False, 3), (False, False, 3), (False, True, 3), (True, False, 1)])
+def test_the_tier0_form_equals_eager(causal, masked, kv_heads):
     """The template's numpy form (what a cold first call runs while numba compiles the
-    kernel) computes what eager computes, on strided operands too, and with a mask that
-    masks a row whole."""
+    kernel) computes what eager computes, on strided operands too, with a mask that
+    masks a row whole, and with one key/value head for three query heads."""
     torch.manual_seed(0)
     q = torch.randn(2, 40, 3, 16).transpose(1, 2)  # (batch, heads, length, dim), strided
     keys = 24 if not causal else 40
-    k, v = (torch.randn(2, 3, keys, 16) for _ in range(2))
+    k, v = (torch.randn(2, kv_heads, keys, 16) for _ in range(2))
     mask = _masks(2, 3, 40, keys)["bool, a row masked whole"] if masked else None
     torch._dynamo.reset()
     device = simaccel.get_device()
     device.reset_stats()
-    sdpa = functools.partial(F.scaled_dot_product_attention, is_causal=causal, attn_mask=mask)
+    sdpa = functools.partial(F.scaled_dot_product_attention, is_causal=causal, attn_mask=mask,
+                             enable_gqa=kv_heads != 3)
     fn = torch.compile(sdpa, backend="simaccel", options={"tier0": "only"})
     torch.testing.assert_close(fn(q, k, v), sdpa(q, k, v), **TOL[torch.float32])
     stats = device.runtime_stats()
