@@ -13,14 +13,14 @@ softmax-style reductions and pointwise ops the device fuses).
 Which forward runs: floating-point attention (static or dynamic sizes) without dropout,
 with or without a mask (SDPA makes a boolean mask additive before the op), grouped-query
 attention too (``enable_gqa``: the op takes fewer key and value heads; the
-decompositions below repeat them), keeps the op, which the device runs as its fused attention kernel
-(:mod:`simaccel.codegen.templates_attention`: BLAS GEMMs per block of query rows, the
-mask added and the softmax in cache; 0.77-0.96x eager's op on the bench's 4x8x128x64
-causal case, where the GEMM pair below took 1.2-1.4x). bfloat16 and float16 run it in
-float32, the output rounded once and the logsumexp float32, as eager's op keeps it; the
-backward below then computes in float32 too. A torch whose library exports no BLAS GEMM
-takes the decomposition below, or, static with long key rows, one library call of
-eager's own op.
+decompositions below repeat them), keeps the op, which the device runs as its fused
+attention kernel (:mod:`simaccel.codegen.templates_attention`: BLAS GEMMs per block of
+query rows, the mask added and the softmax in cache; 0.77-0.96x eager's op on the
+bench's 4x8x128x64 causal case, where the GEMM pair below took 1.2-1.4x). bfloat16 and
+float16 run it in float32, the output rounded once and the logsumexp float32, as eager's
+op keeps it; the backward below then computes in float32 too. A torch whose library
+exports no BLAS GEMM takes the decomposition below, or, static with long key rows, one
+library call of eager's own op.
 """
 from __future__ import annotations
 

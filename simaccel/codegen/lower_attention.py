@@ -51,13 +51,11 @@ def _mask_operand(ctx: GraphLowering, mask: TensorValue) -> tuple[Realized, list
 
 def fused_attention(ctx: GraphLowering, query: TensorValue, key: TensorValue,
                     value: TensorValue, mask: TensorValue | None, is_causal: bool,
-                    scale: float | None, metas: list[Any]) -> list[Realized]:
+                    scale: float | None, metas: list[Any]) -> list[TensorValue]:
     """(output, logsumexp) by the fused template, the output laid out as eager's op lays
     it out (``metas``: the op's example results; sizes static or dynamic). 16-bit
     operands are computed in float32 (converted as they are read into the template's
     operands) and the output rounded once; the logsumexp is float32, as eager's."""
-    b, h, length, dim = query.shape
-    keys, dim_v = key.shape[2], value.shape[3]
     dtype = compute_dtype(query.dtype)
     operands = [_operand(ctx, as_dtype(x, dtype)) for x in (query, key, value)]
     if mask is not None:
@@ -65,29 +63,45 @@ def fused_attention(ctx: GraphLowering, query: TensorValue, key: TensorValue,
     shape, out_strides = shape_of(metas[0].shape), shape_of(metas[0].stride())
     out_name = ctx.new_buffer(dtype, prod(shape))
     out = Realized(shape, dtype, Layout(out_name, shape, out_strides, 0))
-    lse = ctx.new_tensor((b, h, length), dtype)
+    lse = ctx.new_tensor(tuple(query.shape[:3]), dtype)
     factor = None if scale is None else float(scale)
     masked = mask is not None
     key_stride = operands[3][1][4] if masked else None
     source = templates_attention.attention(
         dtype, is_causal, factor, masked, None if is_symbolic(key_stride) else key_stride)
-    kv_heads = key.shape[1]
-    params = [b, h, length, keys, dim, dim_v, templates_attention.query_block(length),
-              templates_attention.heads_group(h, kv_heads)]
-    for _, strides in operands[:3]:
-        params += strides
-    params += [*out_strides[:3], *(operands[3][1] if masked else [])]
-    macs = b * h * length * keys * (dim + dim_v)  # causal: about half of it
-    itemsize = np.dtype(dtype).itemsize
-    nbytes = itemsize * (b * h * length * (dim + dim_v + 1)
-                         + b * kv_heads * keys * (dim + dim_v)
-                         + (prod(mask.shape) if masked else 0))
+    params = _params(query, key, value, [s for _, s in operands], out_strides)
     buffers = [out_name, lse.layout.buffer] + [x.layout.buffer for x, _ in operands]
-    extern(ctx, source, buffers, params, macs if is_causal else 2 * macs, nbytes,
+    extern(ctx, source, buffers, params, *_cost(query, key, value, mask, is_causal, dtype),
            parallel=True, writes=(out_name, lse.layout.buffer),
            numpy_source=templates_attention.attention_numpy(dtype, is_causal, factor,
                                                             masked))
     return [as_dtype(out, query.dtype), lse]
+
+
+def _params(query: TensorValue, key: TensorValue, value: TensorValue,
+            strides: list[list[Size]], out_strides: tuple[Size, ...]) -> list[Size]:
+    """The template's parameters (:data:`~.templates_attention.PARAMS`, then the mask's):
+    sizes, the query block, the heads per key head, each operand's offset and strides."""
+    b, h, length, dim = query.shape
+    params = [b, h, length, key.shape[2], dim, value.shape[3],
+              templates_attention.query_block(length),
+              templates_attention.heads_group(h, key.shape[1])]
+    for operand in strides[:3]:
+        params += operand
+    return [*params, *out_strides[:3], *(strides[3] if len(strides) > 3 else [])]
+
+
+def _cost(query: TensorValue, key: TensorValue, value: TensorValue,
+          mask: TensorValue | None, is_causal: bool, dtype: str) -> tuple[Size, Size]:
+    """(flops, bytes moved) of the kernel: two products per query and key it sees (about
+    half the keys when causal), each operand read once and the output written once."""
+    b, h, length, dim = query.shape
+    keys, dim_v = key.shape[2], value.shape[3]
+    macs = b * h * length * keys * (dim + dim_v)
+    nbytes = np.dtype(dtype).itemsize * (b * h * length * (dim + dim_v + 1)
+                                         + b * key.shape[1] * keys * (dim + dim_v)
+                                         + (prod(mask.shape) if mask is not None else 0))
+    return (macs if is_causal else 2 * macs), nbytes
 
 
 @register(aten._scaled_dot_product_flash_attention_for_cpu.default)
