@@ -69,7 +69,7 @@ def fused_attention(ctx: GraphLowering, query: TensorValue, key: TensorValue,
     key_stride = operands[3][1][4] if masked else None
     source = templates_attention.attention(
         dtype, is_causal, factor, masked, None if is_symbolic(key_stride) else key_stride)
-    params = _params(query, key, value, [s for _, s in operands], out_strides)
+    params = _params(query, key, value, is_causal, [s for _, s in operands], out_strides)
     buffers = [out_name, lse.layout.buffer] + [x.layout.buffer for x, _ in operands]
     extern(ctx, source, buffers, params, *_cost(query, key, value, mask, is_causal, dtype),
            parallel=True, writes=(out_name, lse.layout.buffer),
@@ -78,13 +78,13 @@ def fused_attention(ctx: GraphLowering, query: TensorValue, key: TensorValue,
     return [as_dtype(out, query.dtype), lse]
 
 
-def _params(query: TensorValue, key: TensorValue, value: TensorValue,
+def _params(query: TensorValue, key: TensorValue, value: TensorValue, is_causal: bool,
             strides: list[list[Size]], out_strides: tuple[Size, ...]) -> list[Size]:
     """The template's parameters (:data:`~.templates_attention.PARAMS`, then the mask's):
     sizes, the query block, the heads per key head, each operand's offset and strides."""
     b, h, length, dim = query.shape
     params = [b, h, length, key.shape[2], dim, value.shape[3],
-              templates_attention.query_block(length),
+              templates_attention.query_block(length, is_causal, b * h),
               templates_attention.heads_group(h, key.shape[1])]
     for operand in strides[:3]:
         params += operand

@@ -37,13 +37,26 @@ PARAMS = ("B, H, L, S, D, DV, BQ, G, q_off, q_sb, q_sh, q_sl, k_off, k_sb, k_sh,
 MASK_PARAMS = "m_off, m_sb, m_sh, m_sl, m_ss"
 
 
-def query_block(length: Any) -> int:
-    """Query rows per task (for a dynamic length, by the length seen while tracing: a
+#: the fewest tasks a non-causal kernel's blocks are cut into (two per core, or more)
+MIN_TASKS = 4
+
+
+def query_block(length: Any, causal: bool = True, batch_heads: Any = MIN_TASKS) -> int:
+    """Query rows per task (for dynamic sizes, by the sizes seen while tracing: a
     heuristic, never a guard). Measured on the 2-core machine, fused kernel over eager's
-    op, causal, head dim 64 (``/tmp/prof/fp3.py`` in the session notes): 128 queries
-    0.73 with 32 rows, 0.77 with 64; 512 queries 0.66-0.71 with 32, 0.63-0.66 with 64;
-    1024: 0.89-0.90 with 32, 0.84 with 64."""
-    return 32 if hint(length) <= 256 else 64
+    op, head dim 64 (``/tmp/s29/kbq.py`` in the session notes). Causal, where smaller
+    blocks skip more masked keys: 128 queries 0.73 with 32 rows, 0.77 with 64; 512
+    queries 0.66-0.71 with 32, 0.63-0.66 with 64; 1024: 0.89-0.90 with 32, 0.84 with 64.
+    Not causal, where a larger block halves the GEMM calls: 4x8x128: 0.98 with 32, 0.90
+    with 64, 0.87 with 128; 512 queries 1.09, 1.03, 0.98; 1024: 1.17, 1.09, 1.06; so 128
+    rows, fewer where that leaves under :data:`MIN_TASKS` tasks (``batch_heads``: batch
+    times heads)."""
+    if causal:
+        return 32 if hint(length) <= 256 else 64
+    block = 128
+    while block > 32 and hint(batch_heads) * -(-hint(length) // block) < MIN_TASKS:
+        block //= 2
+    return block
 
 
 def fused_attention_takes(shapes: Sequence[Sequence[Any]], dtypes: Sequence[str],

@@ -123,6 +123,14 @@ def test_what_the_fused_kernel_takes(mask, dropout, dtype, shape, takes):
                                                      dropout) is takes
 
 
+@pytest.mark.parametrize("length, causal, batch_heads, rows", [
+    (128, True, 32, 32), (512, True, 32, 64),  # causal: small blocks skip masked keys
+    (128, False, 32, 128), (1024, False, 8, 128),  # not causal: fewer, larger GEMMs
+    (128, False, 1, 32), (128, False, 2, 64)])  # ... but at least MIN_TASKS tasks
+def test_query_rows_per_task(length, causal, batch_heads, rows):
+    assert templates_attention.query_block(length, causal, batch_heads) == rows
+
+
 @pytest.mark.parametrize("kv_heads, takes", [(2, True), (3, False)])
 def test_grouped_query_attention_is_taken_where_the_heads_divide(kv_heads, takes):
     shapes = [(2, 8, 16, 8)] + [(2, kv_heads, 16, 8)] * 2
