@@ -44,8 +44,8 @@ MIN_TASKS = 4
 def query_block(length: Any, causal: bool = True, batch_heads: Any = MIN_TASKS) -> int:
     """Query rows per task (for dynamic sizes, by the sizes seen while tracing: a
     heuristic, never a guard). Measured on the 2-core machine, fused kernel over eager's
-    op, head dim 64 (``/tmp/s29/kbq.py`` in the session notes). Causal, where smaller
-    blocks skip more masked keys: 128 queries 0.73 with 32 rows, 0.77 with 64; 512
+    op, head dim 64, each alone in alternating rounds. Causal, where smaller blocks skip
+    more masked keys: 128 queries 0.73 with 32 rows, 0.77 with 64; 512
     queries 0.66-0.71 with 32, 0.63-0.66 with 64; 1024: 0.89-0.90 with 32, 0.84 with 64.
     Not causal, where a larger block halves the GEMM calls: 4x8x128: 0.98 with 32, 0.90
     with 64, 0.87 with 128; 512 queries 1.09, 1.03, 0.98; 1024: 1.17, 1.09, 1.06; so 128
