@@ -116,6 +116,11 @@ def _scale_source(dtype: str, scale: float | None) -> str:
 _MASK_KEY = {1: "mrow + j", 0: "mrow", None: "mrow + j*m_ss"}
 
 
+def _arguments(masked: bool) -> str:
+    """The kernel's arguments after its five buffers: the mask and its parameters last."""
+    return f", mask, {PARAMS}, {MASK_PARAMS}" if masked else f", {PARAMS}"
+
+
 def _row_max(f: str, mask_key: str | None) -> str:
     """Source of one row's maximum over its ``seen`` scores, the mask added first (a
     loop of its own, which vectorises: the max's loop carries its combine)."""
@@ -141,7 +146,6 @@ def attention(dtype: str, causal: bool, scale: float | None, masked: bool = Fals
     mask_key = _MASK_KEY.get(mask_key_stride, _MASK_KEY[None]) if masked else None
     keys = "min(S, r0 + rows)" if causal else "S"
     seen = "min(keys, r0 + i + 1)" if causal else "keys"
-    mask_args = f", mask, {PARAMS}, {MASK_PARAMS}" if masked else f", {PARAMS}"
     mask_row = "        m0 = m_off + b*m_sb + h*m_sh + r0*m_sl\n" if masked else ""
     empty_sum = (f"            total = {f}(1.0) if total == 0 else total\n"
                  if masked else "")
@@ -149,7 +153,7 @@ def attention(dtype: str, causal: bool, scale: float | None, masked: bool = Fals
                                         gemm)
 
 
-def kernel(out, lse, q, k, v{mask_args}):
+def kernel(out, lse, q, k, v{_arguments(masked)}):
     blocks = (L + BQ - 1) // BQ
     scale = {_scale_source(dtype, scale)}
     size = q.itemsize
@@ -201,7 +205,6 @@ def attention_numpy(dtype: str, causal: bool, scale: float | None,
     head at once, run while numba compiles :func:`attention`."""
     causal_mask = ("    scores = np.where(np.tri(L, S, dtype=bool), scores, -np.inf)\n"
                    if causal else "")
-    mask_args = f", mask, {PARAMS}, {MASK_PARAMS}" if masked else f", {PARAMS}"
     add_mask = ("    scores += strided(mask[m_off:], (B, H, L, S),\n"
                 "                      (m_sb*size, m_sh*size, m_sl*size, m_ss*size))\n"
                 if masked else "")
@@ -210,7 +213,7 @@ def attention_numpy(dtype: str, causal: bool, scale: float | None,
                    if masked else "")
     empty_sums = ("    total = np.where(total == 0, q.dtype.type(1.0), total)\n"
                   if masked else "")
-    return f"""def kernel(out, lse, q, k, v{mask_args}):
+    return f"""def kernel(out, lse, q, k, v{_arguments(masked)}):
     size = q.itemsize
     strided = np.lib.stride_tricks.as_strided
     Q = strided(q[q_off:], (B, H, L, D), (q_sb*size, q_sh*size, q_sl*size, size))

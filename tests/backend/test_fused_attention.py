@@ -41,6 +41,16 @@ def _kinds(result) -> list[str]:
     return [k.kind for r in result.reports for k in r.kernels]
 
 
+def _gradients(loss, inputs: list[torch.Tensor]) -> tuple[tuple, tuple]:
+    """(simaccel's, eager's) gradients of ``loss`` at ``inputs`` (leaf tensors), compiled
+    in a fresh Dynamo with the reports cleared."""
+    reference = [t.detach().clone().requires_grad_() for t in inputs]
+    torch._dynamo.reset()
+    simaccel.clear_reports()
+    got = torch.autograd.grad(torch.compile(loss, backend="simaccel")(*inputs), inputs)
+    return got, torch.autograd.grad(loss(*reference), reference)
+
+
 @pytest.mark.parametrize("q_shape, kv_shape, causal, dtype", [
     ((4, 8, 128, 64), (4, 8, 128, 64), True, torch.float32),  # the bench's shape
     ((2, 3, 37, 16), (2, 3, 37, 16), True, torch.float64),  # a partial last block
@@ -91,15 +101,7 @@ def test_fused_attention_gradients_equal_eager(causal):
     decomposition of simaccel.attention)."""
     torch.manual_seed(0)
     inputs = [torch.randn(2, 2, 48, 16, requires_grad=True) for _ in range(3)]
-    reference = [t.detach().clone().requires_grad_() for t in inputs]
-
-    def loss(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal).square().sum()
-    torch._dynamo.reset()
-    simaccel.clear_reports()
-    compiled = torch.compile(loss, backend="simaccel")
-    got = torch.autograd.grad(compiled(*inputs), inputs)
-    want = torch.autograd.grad(loss(*reference), reference)
+    got, want = _gradients(lambda *a: _sdpa(causal)(*a).square().sum(), inputs)
     for g, e in zip(got, want):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
     assert "extern" in [k.kind for r in simaccel.reports() for k in r.kernels]
@@ -156,11 +158,8 @@ def test_grouped_query_attention_equals_eager_forward_and_backward(causal, fused
     k, v = (torch.randn(2, 2, 40, 16) for _ in range(2))
     result = check(_gqa(causal), q, k, v, **TOL[torch.float32])
     assert (_kinds(result) == ["extern"]) is fused
-    inputs = [t.clone().requires_grad_() for t in (q, k, v)]
-    reference = [t.clone().requires_grad_() for t in (q, k, v)]
-    compiled = torch.compile(lambda *a: _gqa(causal)(*a).square().sum(), backend="simaccel")
-    got = torch.autograd.grad(compiled(*inputs), inputs)
-    want = torch.autograd.grad(_gqa(causal)(*reference).square().sum(), reference)
+    got, want = _gradients(lambda *a: _gqa(causal)(*a).square().sum(),
+                           [t.clone().requires_grad_() for t in (q, k, v)])
     for g, e in zip(got, want):
         assert g.shape == e.shape
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
@@ -206,18 +205,18 @@ def test_bfloat16_attention_gradients_are_as_close_to_float32_as_eagers():
               for _ in range(3)]
 
     def loss(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True).float().square().sum()
-    torch._dynamo.reset()
-    simaccel.clear_reports()
-    got = torch.autograd.grad(torch.compile(loss, backend="simaccel")(*inputs), inputs)
-    reference = [t.detach().clone().requires_grad_() for t in inputs]
-    want = torch.autograd.grad(loss(*reference), reference)
+        return _sdpa(True)(q, k, v).float().square().sum()
+    got, want = _gradients(loss, inputs)
     as_float = [t.detach().float().requires_grad_() for t in inputs]
     exact = torch.autograd.grad(loss(*as_float), as_float)
     for g, e, x in zip(got, want, exact):
         assert g.dtype == torch.bfloat16
         assert (g.float() - x).abs().max() <= 2 * (e.float() - x).abs().max() + 1.6e-3
     assert "extern" in [k.kind for r in simaccel.reports() for k in r.kernels]
+
+
+def _masked_sdpa(q, k, v, mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 def _masks(batch: int, heads: int, length: int, keys: int) -> dict:
@@ -247,16 +246,11 @@ def test_masked_attention_equals_eager_in_the_fused_kernel(kind, dtype):
     mask = mask if mask.dtype == torch.bool else mask.to(dtype)
     q = torch.randn(2, 3, 37, 16, dtype=dtype)
     k, v = (torch.randn(2, 3, 45, 16, dtype=dtype) for _ in range(2))
-    result = check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
-                   q, k, v, mask, **TOL[dtype])
+    result = check(_masked_sdpa, q, k, v, mask, **TOL[dtype])
     # a boolean mask becomes additive in one pointwise kernel, then the one attention kernel
     assert _kinds(result)[-1:] == ["extern"] and len(_kinds(result)) <= 2
     source = pathlib.Path(result.reports[-1].kernels[-1].path).read_text()
     assert "gemm(" in source and "mask[" in source
-
-
-def _masked_sdpa(q, k, v, mask):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 def test_masked_attention_gradients_equal_eager():
@@ -265,13 +259,7 @@ def test_masked_attention_gradients_equal_eager():
     torch.manual_seed(0)
     mask = _masks(2, 2, 24, 24)["bool, a row masked whole"]
     inputs = [torch.randn(2, 2, 24, 16, requires_grad=True) for _ in range(3)]
-    reference = [t.detach().clone().requires_grad_() for t in inputs]
-    torch._dynamo.reset()
-    simaccel.clear_reports()
-    compiled = torch.compile(lambda q, k, v: _masked_sdpa(q, k, v, mask).square().sum(),
-                             backend="simaccel")
-    got = torch.autograd.grad(compiled(*inputs), inputs)
-    want = torch.autograd.grad(_masked_sdpa(*reference, mask).square().sum(), reference)
+    got, want = _gradients(lambda q, k, v: _masked_sdpa(q, k, v, mask).square().sum(), inputs)
     for g, e in zip(got, want):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
     assert "extern" in [k.kind for r in simaccel.reports() for k in r.kernels]
