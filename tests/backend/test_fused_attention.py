@@ -266,6 +266,27 @@ def test_masked_attention_gradients_equal_eager():
     assert simaccel.get_device().runtime_stats()["host_fallback_ops"] == 0
 
 
+def test_a_padding_masks_tail_is_left_out_of_the_block():
+    """A key padding mask's -inf tail is not computed: NaN in the padded keys' values
+    never reaches the output (eager's op weighs them by 0, which gives NaN), and the kept
+    keys give eager's result on clean values; a sequence padded whole attends to nothing."""
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    simaccel.clear_reports()
+    q = torch.randn(3, 2, 20, 16)
+    k, v = (torch.randn(3, 2, 30, 16) for _ in range(2))
+    keep = torch.ones(3, 1, 1, 30, dtype=torch.bool)
+    keep[0, ..., 10:] = False  # padded by two thirds
+    keep[2] = False  # padded whole
+    dirty = v.clone()
+    dirty[0, :, 10:] = float("nan")
+    got = torch.compile(_masked_sdpa, backend="simaccel")(q, k, dirty, keep)
+    torch.testing.assert_close(got, _masked_sdpa(q, k, v, keep), **TOL[torch.float32])
+    assert torch.isnan(_masked_sdpa(q, k, dirty, keep)).any()  # eager computes them
+    assert [k.kind for r in simaccel.reports() for k in r.kernels] == ["pointwise", "extern"]
+    assert simaccel.get_device().runtime_stats()["host_fallback_ops"] == 0
+
+
 def test_a_padding_mask_with_dynamic_sizes_runs_in_one_graph():
     """dynamic=True: a (batch, 1, 1, keys) padding mask's sizes are the operands' size
     symbols; one graph and one attention kernel serve every (batch, length)."""
