@@ -47,7 +47,7 @@ def baseline_of(rec: Record) -> tuple[str, str, str] | None:
         return rec.key, "eager", "eager"
     if rec.group == "steady":
         return rec.key, "dynamo_eager", "dynamo_eager"
-    if rec.group == "shape" and rec.scenario.startswith(("batch_sweep", "kv_growth")):
+    if rec.group == "shape" and rec.scenario.startswith(("batch_sweep", "kv_")):
         return rec.key, "dynamo_eager", "dynamo_eager"
     if rec.group == "guard":
         return "guard/3_scalars[default]", "dynamo_eager", "dynamo_eager"
@@ -325,7 +325,8 @@ def _shape_targets(result: BenchResult) -> list[Target]:
     out = [Target("simaccel dynamic-size steady call / static", max(ratios) if ratios else None,
                   1.15, "(worst over the kernel workloads)"),
            Target("simaccel call at a new size / steady", new[0] if new else None, 1.5)]
-    for scenario in ("batch_sweep[1..64, dynamic=None]", "kv_growth[32 steps]"):
+    for scenario in ("batch_sweep[1..64, dynamic=None]", "kv_growth[32 steps]",
+                     "kv_static[32 steps]"):
         ours, theirs = result.get(f"shape/{scenario}", "simaccel"), \
             result.get(f"shape/{scenario}", "dynamo_eager")
         value = ours.extra["graphs"] / theirs.extra["graphs"] if ours and theirs and \

@@ -5,6 +5,9 @@
 * ``kv_growth``: a decoder step whose KV cache grows by one row per step (``torch.cat``):
   32 steps (the compiles), then 32 more timed, each at a cache length not seen before:
   graphs over all 64, median seconds per timed step;
+* ``kv_static``: the same decoder over a static cache (preallocated, written with
+  ``index_copy_`` at the step's position, a mask of the positions not yet written): every
+  step at one size, as decode loops on static-shape hardware run;
 * ``dynamic_vs_static`` (simaccel): a kernel workload compiled static and compiled with a
   dynamic batch dim, steady time at the same size (the ratio shows what symbolic sizes
   cost: kernels loop over runtime bounds);
@@ -72,12 +75,42 @@ class _Decoder(torch.nn.Module):
         self.qkv, self.out = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
 
     def forward(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor):
-        b, t, _ = x.shape
-        q, k, v = (z.view(b, t, self.heads, self.head_dim).transpose(1, 2)
-                   for z in self.qkv(x).chunk(3, dim=-1))
+        q, k, v = self.project(x)
         k, v = torch.cat([k_cache, k], 2), torch.cat([v_cache, v], 2)
-        att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.head_dim), -1) @ v
-        return self.out(att.transpose(1, 2).reshape(b, t, -1)), k, v
+        return self.attend(x, q, k, v), k, v
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The step's query, key and value, (batch, heads, tokens, head dim)."""
+        b, t, _ = x.shape
+        return tuple(z.view(b, t, self.heads, self.head_dim).transpose(1, 2)
+                     for z in self.qkv(x).chunk(3, dim=-1))
+
+    def attend(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               hidden: torch.Tensor | None = None) -> torch.Tensor:
+        """Softmax attention over the cache (positions where ``hidden`` is True left out)."""
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
+        if hidden is not None:
+            scores = scores.masked_fill(hidden, float("-inf"))
+        att = torch.softmax(scores, -1) @ v
+        return self.out(att.transpose(1, 2).reshape(*x.shape[:2], -1))
+
+
+class _StaticDecoder(_Decoder):
+    """:class:`_Decoder` over a static cache, as decode loops on static-shape hardware
+    keep one: preallocated for ``length`` positions (buffers), written in place at the
+    step's position and attended through a mask of the positions not yet written."""
+
+    def __init__(self, length: int, dim: int = 64, heads: int = 4):
+        super().__init__(dim, heads)
+        for name in ("k_cache", "v_cache"):
+            self.register_buffer(name, torch.zeros(1, heads, length, dim // heads))
+
+    def forward(self, x: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.project(x)
+        self.k_cache.index_copy_(2, position, k)
+        self.v_cache.index_copy_(2, position, v)
+        hidden = torch.arange(self.k_cache.shape[2]) > position
+        return self.attend(x, q, self.k_cache, self.v_cache, hidden)
 
 
 def measure_kv_growth(backend: str, cfg: BenchConfig) -> Record:
@@ -100,6 +133,27 @@ def measure_kv_growth(backend: str, cfg: BenchConfig) -> Record:
             times.append(time.perf_counter() - start)
     steady = times[KV_STEPS:]
     return Record("shape", f"kv_growth[{KV_STEPS} steps]", backend, measure.median(steady),
+                  len(steady), {"graphs": measure.graphs_compiled()})
+
+
+def measure_kv_static(backend: str, cfg: BenchConfig) -> Record:
+    """:func:`measure_kv_growth`'s decode over a static cache (:class:`_StaticDecoder`):
+    every step at the same sizes, the position a tensor input."""
+    measure.fresh_dynamo()
+    torch.manual_seed(0)
+    compiled = measure.compile_for(_StaticDecoder(2 * KV_STEPS), backend, dynamic=None)
+    x = torch.randn(1, 1, 64)
+    positions = [torch.tensor([step]) for step in range(2 * KV_STEPS)]
+    times = []
+    with torch.no_grad():
+        for step, position in enumerate(positions):
+            if step == KV_STEPS:
+                measure.settle()
+            start = time.perf_counter()
+            compiled(x, position)
+            times.append(time.perf_counter() - start)
+    steady = times[KV_STEPS:]
+    return Record("shape", f"kv_static[{KV_STEPS} steps]", backend, measure.median(steady),
                   len(steady), {"graphs": measure.graphs_compiled()})
 
 
@@ -165,6 +219,8 @@ def shape_tasks(backends: list[str], cfg: BenchConfig, task: Callable[..., Any])
                   lambda b=b: measure_batch_sweep(b, cfg)) for b in backends]
     tasks += [task("shape", f"kv_growth[{KV_STEPS} steps]", b,
                    lambda b=b: measure_kv_growth(b, cfg)) for b in backends]
+    tasks += [task("shape", f"kv_static[{KV_STEPS} steps]", b,
+                   lambda b=b: measure_kv_static(b, cfg)) for b in backends]
     if "simaccel" in backends:
         tasks += [task("shape", f"dynamic_vs_static[{n}]", "simaccel",
                        lambda n=n: measure_dynamic_vs_static(n, cfg)) for n in DYNAMIC_KERNELS]

@@ -15,7 +15,7 @@ import simaccel
 from simaccel.runtime.layout import Layouts
 from tests.backend.models import TransformerBlock
 from tests.conftest import REDUCTION_TOL
-from tests.models.kv_decoder import CachedAttention
+from tests.models.kv_decoder import CachedAttention, StaticCacheAttention
 
 #: 10 distinct batch sizes, including 1 and a prime
 BATCHES = (1, 2, 3, 5, 8, 13, 17, 31, 47, 64)
@@ -152,6 +152,33 @@ def test_a_preallocated_kv_cache_written_in_place_equals_eager():
     _, theirs = run("eager")
     torch.testing.assert_close(got, want, **REDUCTION_TOL)
     assert ours <= theirs
+
+
+def test_a_static_cache_decodes_every_step_in_one_graph_on_the_device():
+    """Hugging Face's ``StaticCache`` pattern: buffers written by ``index_copy_`` at a
+    position tensor, a mask of the unwritten positions. Every step has the same sizes:
+    one graph (as Dynamo's eager backend), outputs and caches equal eager, no fallback."""
+    x = torch.randn(1, 1, 32)
+
+    def run(backend: str | None) -> tuple[list[torch.Tensor], int]:
+        torch.manual_seed(0)
+        layer = StaticCacheAttention(16)
+        torch._dynamo.reset()
+        counters.clear()
+        step = layer if backend is None else torch.compile(layer, backend=backend)
+        with torch.no_grad():
+            outs = [step(x * (p + 1), torch.tensor([p])) for p in range(12)]
+        return outs + [layer.k_cache, layer.v_cache], counters["stats"]["unique_graphs"]
+
+    want, _ = run(None)
+    simaccel.get_device().reset_stats()
+    got, ours = run("simaccel")
+    stats = simaccel.get_device().runtime_stats()
+    _, theirs = run("eager")
+    torch.testing.assert_close(got, want, **REDUCTION_TOL)
+    assert ours == theirs == 1
+    assert stats["host_fallback_ops"] == 0 and stats["calls"] == 12
+    assert stats["replayed_calls"] > 0 and stats["kernel_launches"] >= 12
 
 
 def test_training_a_transformer_block_at_three_sequence_lengths():

@@ -44,3 +44,25 @@ class CachedAttention(nn.Module):
         k_cache[:, :, pos:pos + 1] = k
         v_cache.index_copy_(2, torch.tensor([pos]), v)
         return self.attend(q, k_cache[:, :, :pos + 1], v_cache[:, :, :pos + 1])
+
+
+class StaticCacheAttention(CachedAttention):
+    """:class:`CachedAttention` over a static cache, as decode loops on static-shape
+    hardware keep one (Hugging Face's ``StaticCache``): buffers preallocated for
+    ``length`` positions, the step's keys and values written in place at ``position`` (a
+    tensor), the positions not yet written masked out: every step has the same sizes."""
+
+    def __init__(self, length: int, dim: int = 32, heads: int = 4):
+        super().__init__(dim, heads)
+        for name in ("k_cache", "v_cache"):
+            self.register_buffer(name, torch.zeros(1, heads, length, dim // heads))
+
+    def forward(self, x: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        q, k, v = (self._split(t) for t in self.qkv(x).chunk(3, dim=-1))
+        self.k_cache.index_copy_(2, position, k)
+        self.v_cache.index_copy_(2, position, v)
+        unwritten = torch.arange(self.k_cache.shape[2]) > position
+        scores = q @ self.k_cache.transpose(-1, -2) / math.sqrt(self.head_dim)
+        weights = torch.softmax(scores.masked_fill(unwritten, float("-inf")), dim=-1)
+        b, h, t, d = q.shape
+        return self.out((weights @ self.v_cache).transpose(1, 2).reshape(b, t, h * d))
