@@ -19,13 +19,12 @@ dim stride; ``out`` as eager lays it out, ``lse`` contiguous (batch, head, query
 additive mask (what a boolean one becomes before the op: 0 where kept, -inf where not)
 is a sixth buffer read in place with any strides, 0 along the dims it is broadcast on;
 it is added to each row's scores in the tile. A row it masks whole attends to nothing:
-output 0 and logsumexp 0, as eager's op returns (not 0 / 0). A key padding mask (or any
-mask setting a block's last keys to -inf in all its rows) has that tail left out of the
-block (:data:`_MASK_ROW`), as
-variable-length flash attention skips padding: a padded batch costs its kept keys. Those
-keys' weights are exact zeros, so the result is the same, except that NaN or inf in a
-padded key's values never reaches the output (eager's op, and the tier-0 form, multiply
-them by 0).
+output 0 and logsumexp 0, as eager's op returns (not 0 / 0). A padding mask (any mask
+setting a block's last keys to -inf in all its rows) has that tail left out of the block
+(:data:`_MASK_ROW`), as variable-length flash attention skips padding: a padded batch
+costs its kept keys. Those keys' weights are exact zeros, so the result is the same,
+except that NaN or inf in a padded key or its value never reaches the output (eager's op,
+and the tier-0 form, weigh them by 0).
 """
 from __future__ import annotations
 
@@ -125,10 +124,11 @@ _MASK_KEY = {1: "mrow + j", 0: "mrow", None: "mrow + j*m_ss"}
 #: the block's first mask row; the last keys the mask sets to -inf in every row of the
 #: block (padding: one row checked for a key padding mask, whose query stride is 0) are
 #: left out of the block: its GEMMs and softmax see the kept prefix only (at least one
-#: key, so a row masked whole still gives output 0 and logsumexp 0). Measured, 8x8x128x64 with
-#: sequence lengths drawn from 32-128 (57% of the keys kept), kernel and call: 1.62-1.71
-#: ms against 1.98-2.14 ms without the trim (eager's op: 2.2-3.0 ms); the bench's
-#: workload (one of four sequences padded by a quarter) 932-956 against 956-967 us
+#: key, so a row masked whole still gives output 0 and logsumexp 0). Measured on
+#: 8x8x128x64 with sequence lengths drawn from 32-128 (57% of the keys kept), the call:
+#: 1.62-1.71 ms against 1.98-2.14 ms without the trim (eager's op: 2.2-3.0 ms); the
+#: bench's workload (one of four sequences padded by a quarter), the kernel: 932-956
+#: against 956-967 us
 _MASK_ROW = """        m0 = m_off + b*m_sb + h*m_sh + r0*m_sl
         checked = rows if m_sl != 0 else 1
         while keys > 1:
