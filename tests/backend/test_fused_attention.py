@@ -266,12 +266,14 @@ def test_masked_attention_gradients_equal_eager():
     assert simaccel.get_device().runtime_stats()["host_fallback_ops"] == 0
 
 
-@pytest.mark.parametrize("rows", ["one row (query stride 0)", "one row per query"])
-def test_a_padding_masks_tail_is_left_out_of_the_block(rows):
-    """A padding mask's -inf tail is not computed: NaN in the padded keys and values
-    never reaches the output (eager's op weighs them by 0, which gives NaN), and the kept
-    keys give eager's result on clean values; a sequence padded whole attends to nothing.
-    The mask as a key padding mask, or materialized per query row and head."""
+@pytest.mark.parametrize("form", ["bool key padding", "-inf per query", "minimum per query"])
+def test_a_padding_masks_tail_is_left_out_of_the_block(form):
+    """A padding mask's tail is not computed: NaN in the padded keys and values never
+    reaches the output (eager's op weighs them by 0, which gives NaN), and the kept keys
+    give eager's result on clean values. The mask as a boolean key padding mask (query
+    stride 0), or materialized per query row and head with -inf or, as Hugging Face's
+    models build it, float32's minimum; a sequence padded whole attends to nothing with
+    -inf and to every key alike with the minimum (that block is not trimmed)."""
     torch.manual_seed(0)
     torch._dynamo.reset()
     simaccel.clear_reports()
@@ -280,8 +282,9 @@ def test_a_padding_masks_tail_is_left_out_of_the_block(rows):
     keep = torch.ones(3, 1, 1, 30, dtype=torch.bool)
     keep[0, ..., 10:] = False  # padded by two thirds
     keep[2] = False  # padded whole
-    if rows == "one row per query":
-        keep = torch.zeros(3, 2, 20, 30).masked_fill(~keep, float("-inf"))
+    if form != "bool key padding":
+        fill = float("-inf") if form == "-inf per query" else torch.finfo(torch.float32).min
+        keep = torch.zeros(3, 2, 20, 30).masked_fill(~keep, fill)
     dirty_k, dirty_v = k.clone(), v.clone()
     dirty_k[0, :, 10:] = dirty_v[0, :, 10:] = float("nan")
     got = torch.compile(_masked_sdpa, backend="simaccel")(q, dirty_k, dirty_v, keep)
