@@ -22,8 +22,13 @@ class CachedAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               hidden: torch.Tensor | None = None) -> torch.Tensor:
+        """Softmax attention of ``q`` over ``k`` and ``v`` (keys where ``hidden`` is True
+        left out)."""
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
+        if hidden is not None:
+            scores = scores.masked_fill(hidden, float("-inf"))
         out = torch.softmax(scores, dim=-1) @ v
         b, h, t, d = out.shape
         return self.out(out.transpose(1, 2).reshape(b, t, h * d))
@@ -62,7 +67,4 @@ class StaticCacheAttention(CachedAttention):
         self.k_cache.index_copy_(2, position, k)
         self.v_cache.index_copy_(2, position, v)
         unwritten = torch.arange(self.k_cache.shape[2]) > position
-        scores = q @ self.k_cache.transpose(-1, -2) / math.sqrt(self.head_dim)
-        weights = torch.softmax(scores.masked_fill(unwritten, float("-inf")), dim=-1)
-        b, h, t, d = q.shape
-        return self.out((weights @ self.v_cache).transpose(1, 2).reshape(b, t, h * d))
+        return self.attend(q, self.k_cache, self.v_cache, unwritten)
