@@ -21,6 +21,8 @@ from simaccel.errors import SimAccelError
 from simaccel.runtime.sizes import tuple_getter
 
 
+#: the types of the values that are their own key (:func:`_value_key`) but for a zero
+_PLAIN_NUMBERS = frozenset({int, float})
 #: the DMA label of the constant bank's upload (one descriptor per call that changed it)
 BANK_LABEL = "constant bank"
 
@@ -46,7 +48,7 @@ class ConstantBank:
         self.nbytes = max(-(-offset // 8) * 8, 8)
         self.host = np.zeros(self.nbytes, np.uint8)
         self.valid = False  # the device copy matches ``host``
-        self._last: list | None = None  # the values ``host`` holds (see _value_key)
+        self._last: tuple | None = None  # the values ``host`` holds (see _value_key)
         self._indices = [index for index, _, _ in slots]
         #: the call's slot values as one tuple (C-level), and what the last pack saw:
         #: those values, its sizes, and whether they were all Python numbers
@@ -77,13 +79,14 @@ class ConstantBank:
             # way, where its sign counts; a NaN never compares equal, so it is re-sent)
             return False
         self._last_values, self._last_sizes = raw, sizes
-        self._plain_last = all(type(v) is float or type(v) is int for v in raw)
-        key = [_value_key(value) for value in raw]
-        if sizes:
-            key += sizes
+        self._plain_last = plain = _PLAIN_NUMBERS.issuperset(map(type, raw))
+        if plain and 0.0 not in raw:  # Python numbers, no zero: each is its own key
+            key = values = raw + sizes
+        else:
+            key = (*map(_value_key, raw), *sizes)
+            values = tuple(k[0] if type(k) is tuple else k for k in key)
         if self.valid and key == self._last:
             return False
-        values = [k[0] if type(k) is tuple else k for k in key]
         try:
             self._layout.pack_into(self.host, 0, *values)
         except (struct.error, OverflowError) as exc:

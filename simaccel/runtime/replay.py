@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import operator
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -84,17 +84,9 @@ class Replay:
         of the recorded shape and dtype at an aligned address, every output writeable
         (checked before anything moves; a call that does not match goes the general
         way)."""
+        if not self.accepts_inputs(args, data_ptrs):
+            return False
         alignment = self.alignment
-        if self.checked is None:
-            if not self._inputs_match(args, data_ptrs):
-                return False
-        else:
-            checked = list(map(args.__getitem__, self.checked))
-            if self.accepted is None or not all(map(operator.is_, checked, self.accepted)):
-                self.accepted = None
-                if not self._inputs_match(args, data_ptrs):
-                    return False
-                self.accepted = checked
         for position, _, shape, dtype, index in self.outputs:
             dst = host_outputs[position]
             if type(dst) is not np.ndarray or dst.shape != shape or dst.dtype != dtype \
@@ -102,6 +94,19 @@ class Replay:
                 return False
             if index is not None and data_ptr(index, dst, data_ptrs) % alignment:
                 return False  # an input write-back into a misaligned tensor: staged
+        return True
+
+    def accepts_inputs(self, args: list[Any], data_ptrs: list[int] | None) -> bool:
+        """:meth:`accepts` for the inputs alone (a caller making its outputs from the
+        device views, :class:`~simaccel.runtime.direct.DirectReplay`, has none to check)."""
+        if self.checked is None:
+            return self._inputs_match(args, data_ptrs)
+        checked = list(map(args.__getitem__, self.checked))
+        if self.accepted is None or not all(map(operator.is_, checked, self.accepted)):
+            self.accepted = None
+            if not self._inputs_match(args, data_ptrs):
+                return False
+            self.accepted = checked
         return True
 
     def _inputs_match(self, args: list[Any], data_ptrs: list[int] | None) -> bool:
@@ -119,11 +124,15 @@ class Replay:
         return True
 
     def run(self, args: list[Any], host_outputs: list[Any], data_ptrs: list[int] | None,
-            sizes: tuple[int, ...], ready_ns: float) -> int:
+            sizes: tuple[int, ...], ready_ns: float,
+            download: Callable[[list[Any]], None] | None = None) -> int:
         """Replay the call on ``args`` (host arrays, Python numbers; :meth:`accepts` said
         yes) into ``host_outputs``; the kernels start no earlier than ``ready_ns``.
-        Returns the kernels' host wall time (ns). A kernel that raises stops the call:
-        what moved and ran is placed, as the general call does, and the error goes on."""
+        ``download(host_outputs)`` copies the outputs out of the device views (default:
+        into the host arrays there; a caller making new outputs from the views puts them
+        there instead). Returns the kernels' host wall time (ns). A kernel that raises
+        stops the call: what moved and ran is placed, as the general call does, and the
+        error goes on."""
         bound = self.bound
         if self.bind_mapped is not None:
             self.bind_mapped(bound, args, host_outputs, data_ptrs)
@@ -142,7 +151,7 @@ class Replay:
                     launch()
                     launched += 1
                 wall = time.perf_counter_ns() - start
-            self._download(host_outputs)
+            (download or self._download)(host_outputs)
         except BaseException:
             self._record_partial(packed, launched, ready_ns)
             raise
