@@ -20,11 +20,12 @@ additive mask (what a boolean one becomes before the op: 0 where kept, -inf wher
 is a sixth buffer read in place with any strides, 0 along the dims it is broadcast on;
 it is added to each row's scores in the tile. A row it masks whole attends to nothing:
 output 0 and logsumexp 0, as eager's op returns (not 0 / 0). A padding mask (any mask
-padding a block's last keys, with -inf or a dtype's minimum, in all its rows) has that
-tail left out of the block (:data:`_MASK_ROW`), as variable-length flash attention skips
-padding: a padded batch costs its kept keys. Those keys' weights are exact zeros, so the
-result is the same, except that NaN or inf in a padded key or its value never reaches the
-output (eager's op, and the tier-0 form, weigh them by 0).
+padding a block's last or first keys, with -inf or a dtype's minimum, in all its rows:
+right or left padding) has them left out of the block (:data:`_MASK_ROW`), as
+variable-length flash attention skips padding: a padded batch costs its kept keys. Those
+keys' weights are exact zeros, so the result is the same, except that NaN or inf in a
+padded key or its value never reaches the output (eager's op, and the tier-0 form, weigh
+them by 0).
 """
 from __future__ import annotations
 
@@ -121,22 +122,9 @@ def _scale_source(dtype: str, scale: float | None) -> str:
 _MASK_KEY = {1: "mrow + j", 0: "mrow", None: "mrow + j*m_ss"}
 
 
-#: the block's first mask row; the last keys the mask pads (:data:`MASKED_AT_MOST`) in
-#: every row of the block (one row checked for a key padding mask, whose query stride is
-#: 0) are left out of the block: its GEMMs and softmax see the kept prefix only (at least
-#: one key, so a row masked whole still gives output 0 and logsumexp 0). ``padded_finite``:
-#: a trimmed key was padded with a finite value, so each row must keep a key (see
-#: :data:`KEPT_ABOVE`) or the block is not trimmed. Measured on
-#: 8x8x128x64 with sequence lengths drawn from 32-128 (57% of the keys kept), the call:
-#: 1.62-1.71 ms against 1.98-2.14 ms without the trim (eager's op: 2.2-3.0 ms); the
-#: bench's workload (one of four sequences padded by a quarter), the kernel: 932-956
-#: against 956-967 us
-_MASK_ROW = """        m0 = m_off + b*m_sb + h*m_sh + r0*m_sl
-        checked = rows if m_sl != 0 else 1
-        full = keys
-        padded_finite = False
-        while keys > 1:
-            col = m0 + (keys - 1)*m_ss
+#: one key column of the block's mask rows (``{index}``), leaving the enclosing loop
+#: unless the mask pads it (:data:`MASKED_AT_MOST`) in every row checked
+_PADDED_COLUMN = """            col = m0 + ({index})*m_ss
             i = 0
             while i < checked:
                 value = mask[np.uint64(col + i*m_sl)]
@@ -146,16 +134,39 @@ _MASK_ROW = """        m0 = m_off + b*m_sb + h*m_sh + r0*m_sl
                 i += 1
             if i < checked:
                 break
-            keys -= 1
+"""
+
+#: the block's first mask row; the keys the mask pads in every row of the block at its
+#: end (right padding) and at its start (left padding, as batched generation pads its
+#: prompts) are left out of the block: its GEMMs and softmax see the kept keys
+#: ``first .. keys - 1`` only (at least one, so a row masked whole still gives output 0
+#: and logsumexp 0). One row is checked for a key padding mask, whose query stride is 0.
+#: ``padded_finite``: a trimmed key was padded with a finite value, so each row must
+#: keep a key (see :data:`KEPT_ABOVE`) or the block is not trimmed. Measured on
+#: 8x8x128x64 with sequence lengths drawn from 32-128 (57% of the keys kept), the call:
+#: 1.62-1.71 ms against 1.98-2.14 ms without the trim (eager's op: 2.2-3.0 ms); every
+#: sequence left-padded to 32 keys of 128 (Hugging Face's float32-minimum mask), the
+#: kernel: 0.94-0.96 ms against 1.89-1.92 ms; the bench's workload (one of four
+#: sequences padded by a quarter), the kernel: 932-956 against 956-967 us
+_MASK_ROW = """        m0 = m_off + b*m_sb + h*m_sh + r0*m_sl
+        checked = rows if m_sl != 0 else 1
+        full = keys
+        padded_finite = False
+        while keys > 1:
+{tail}            keys -= 1
+        while first < keys - 1:
+{head}            first += 1
         if padded_finite:
             for i in range(checked):
                 limit = {seen}
-                j = 0
+                j = first  # the keys before it are padded in every row
                 while j < limit and mask[np.uint64(m0 + i*m_sl + j*m_ss)] <= {kept}:
                     j += 1
-                if j == limit:
+                if j >= limit:
                     keys = full
+                    first = 0
                     break
+        m0 += first*m_ss
 """
 
 #: a mask value at or below this is padding the trim may skip: -inf, or a dtype's most
@@ -166,6 +177,14 @@ MASKED_AT_MOST = -1e38
 #: padded whole with finite values is uniform attention over every key it sees, so a
 #: block where some row has no such key is not trimmed
 KEPT_ABOVE = -1e30
+
+
+def _mask_row(causal: bool) -> str:
+    """Source of the padding trim (:data:`_MASK_ROW`) for a causal kernel or not."""
+    def column(index: str) -> str:
+        return _PADDED_COLUMN.format(index=index, masked=MASKED_AT_MOST)
+    return _MASK_ROW.format(tail=column("keys - 1"), head=column("first"), kept=KEPT_ABOVE,
+                            seen="min(keys, r0 + i + 1)" if causal else "keys")
 
 
 def _arguments(masked: bool) -> str:
@@ -197,9 +216,9 @@ def attention(dtype: str, causal: bool, scale: float | None, masked: bool = Fals
     f = f"np.{dtype}"
     mask_key = _MASK_KEY.get(mask_key_stride, _MASK_KEY[None]) if masked else None
     keys = "min(S, r0 + rows)" if causal else "S"
-    seen = "min(keys, r0 + i + 1)" if causal else "keys"
-    mask_row = _MASK_ROW.format(masked=MASKED_AT_MOST, kept=KEPT_ABOVE,
-                                seen=seen) if masked else ""
+    # the keys row i sees: up to its own (causal), counted from the block's first
+    seen = "max(min(keys, r0 + i + 1) - first, 0)" if causal else "nk"
+    mask_row = _mask_row(causal) if masked else ""
     empty_sum = (f"            total = {f}(1.0) if total == 0 else total\n"
                  if masked else "")
     return f"""from simaccel.codegen.blas_lib import (AS_STORED, TRANSPOSED, blas_threads_local,
@@ -218,31 +237,33 @@ def kernel(out, lse, q, k, v{_arguments(masked)}):
         r0 = (t % blocks) * BQ
         rows = min(BQ, L - r0)
         keys = {keys}
-{mask_row}        tile = np.empty(rows * keys, q.dtype)
+        first = 0
+{mask_row}        nk = keys - first
+        tile = np.empty(rows * nk, q.dtype)
         sums = np.empty(rows, q.dtype)
         qa = q.ctypes.data + (q_off + b*q_sb + h*q_sh + r0*q_sl) * size
-        ka = k.ctypes.data + (k_off + b*k_sb + (h // G)*k_sh) * size
-        va = v.ctypes.data + (v_off + b*v_sb + (h // G)*v_sh) * size
+        ka = k.ctypes.data + (k_off + b*k_sb + (h // G)*k_sh + first*k_sl) * size
+        va = v.ctypes.data + (v_off + b*v_sb + (h // G)*v_sh + first*v_sl) * size
         o0 = b*o_sb + h*o_sh + r0*o_sl
-        # tile (rows x keys, row-major) = scale * q_block @ k^T: column-major k q^T
-        gemm(TRANSPOSED, AS_STORED, keys, rows, D, scale, ka, k_sl, qa, q_sl,
-             tile.ctypes.data, keys)
+        # tile (rows x nk, row-major) = scale * q_block @ k^T: column-major k q^T
+        gemm(TRANSPOSED, AS_STORED, nk, rows, D, scale, ka, k_sl, qa, q_sl,
+             tile.ctypes.data, nk)
         for i in range(rows):
             seen = {seen}
-            row = i * keys
+            row = i * nk
             top = {f}(-np.inf)
 {_row_max(f, mask_key)}            total = {f}(0.0)
             for j in range(seen):
                 e = lib.vexp(tile[np.uint64(row + j)] - top)
                 tile[np.uint64(row + j)] = e
                 total = lib.reassoc_add(total, e)
-            for j in range(seen, keys):
+            for j in range(seen, nk):
                 tile[np.uint64(row + j)] = 0
 {empty_sum}            sums[i] = total
             lse[bh*L + r0 + i] = top + np.log(total)
         # out rows (rows x DV) = tile @ v: column-major v^T tile^T
-        gemm(AS_STORED, AS_STORED, DV, rows, keys, {f}(1.0), va, v_sl, tile.ctypes.data,
-             keys, out.ctypes.data + o0 * size, o_sl)
+        gemm(AS_STORED, AS_STORED, DV, rows, nk, {f}(1.0), va, v_sl, tile.ctypes.data,
+             nk, out.ctypes.data + o0 * size, o_sl)
         for i in range(rows):
             inv = {f}(1.0) / sums[i]
             base = o0 + i*o_sl

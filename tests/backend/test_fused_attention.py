@@ -266,31 +266,62 @@ def test_masked_attention_gradients_equal_eager():
     assert simaccel.get_device().runtime_stats()["host_fallback_ops"] == 0
 
 
+@pytest.mark.parametrize("side", ["right", "left"])
 @pytest.mark.parametrize("form", ["bool key padding", "-inf per query", "minimum per query"])
-def test_a_padding_masks_tail_is_left_out_of_the_block(form):
-    """A padding mask's tail is not computed: NaN in the padded keys and values never
-    reaches the output (eager's op weighs them by 0, which gives NaN), and the kept keys
-    give eager's result on clean values. The mask as a boolean key padding mask (query
-    stride 0), or materialized per query row and head with -inf or, as Hugging Face's
-    models build it, float32's minimum; a sequence padded whole attends to nothing with
-    -inf and to every key alike with the minimum (that block is not trimmed)."""
+def test_a_padding_masks_padded_keys_are_left_out_of_the_block(form, side):
+    """A padding mask's padded keys are not computed, at the end (right padding) or the
+    start (left padding, as batched generation pads prompts): NaN in them and their
+    values never reaches the output (eager's op weighs them by 0, which gives NaN), and
+    the kept keys give eager's result on clean values. The mask as a boolean key padding
+    mask (query stride 0), or materialized per query row and head with -inf or, as
+    Hugging Face's models build it, float32's minimum; a sequence padded whole attends to
+    nothing with -inf and to every key alike with the minimum (that block is not
+    trimmed)."""
     torch.manual_seed(0)
     torch._dynamo.reset()
     simaccel.clear_reports()
     q = torch.randn(3, 2, 20, 16)
     k, v = (torch.randn(3, 2, 30, 16) for _ in range(2))
+    padded = slice(10, None) if side == "right" else slice(None, 20)  # two thirds
     keep = torch.ones(3, 1, 1, 30, dtype=torch.bool)
-    keep[0, ..., 10:] = False  # padded by two thirds
+    keep[0, ..., padded] = False
+    keep[1, ..., 3:5] = False  # padding inside a sequence: computed, weighed by 0
     keep[2] = False  # padded whole
     if form != "bool key padding":
         fill = float("-inf") if form == "-inf per query" else torch.finfo(torch.float32).min
         keep = torch.zeros(3, 2, 20, 30).masked_fill(~keep, fill)
     dirty_k, dirty_v = k.clone(), v.clone()
-    dirty_k[0, :, 10:] = dirty_v[0, :, 10:] = float("nan")
+    dirty_k[0, :, padded] = dirty_v[0, :, padded] = float("nan")
     got = torch.compile(_masked_sdpa, backend="simaccel")(q, dirty_k, dirty_v, keep)
     torch.testing.assert_close(got, _masked_sdpa(q, k, v, keep), **TOL[torch.float32])
     assert torch.isnan(_masked_sdpa(q, dirty_k, dirty_v, keep)).any()  # eager computes them
     assert [k.kind for r in simaccel.reports() for k in r.kernels][-1] == "extern"
+    assert simaccel.get_device().runtime_stats()["host_fallback_ops"] == 0
+
+
+def test_a_left_padded_causal_mask_trims_the_blocks_whose_rows_all_keep_a_key():
+    """Hugging Face's batched generation: a causal mask with the prompt padded on the
+    left, float32's minimum where masked, materialized (batch, 1, L, S). A block holding
+    a padded query row (which sees only padded keys: uniform attention, as eager) is not
+    trimmed; the next block skips the padded keys (NaN there never reaches its rows)."""
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    length, pad = 64, 8  # two blocks of 32 query rows (query_block, 2 batch x 1 head)
+    assert templates_attention.query_block(length, causal=False, batch_heads=2) == 32
+    q, k, v = (torch.randn(2, 1, length, 16) for _ in range(3))
+    keep = torch.ones(length, length).tril().bool().expand(2, 1, length, length).clone()
+    keep[0, ..., :pad] = False
+    mask = torch.zeros(2, 1, length, length).masked_fill(~keep, torch.finfo(torch.float32).min)
+    dirty_k, dirty_v = k.clone(), v.clone()
+    dirty_k[0, :, :pad] = dirty_v[0, :, :pad] = float("nan")
+    fn = torch.compile(_masked_sdpa, backend="simaccel")
+    torch.testing.assert_close(fn(q, k, v, mask), _masked_sdpa(q, k, v, mask),
+                               **TOL[torch.float32])
+    got = fn(q, dirty_k, dirty_v, mask)
+    assert not torch.isnan(got[0, :, 32:]).any() and not torch.isnan(got[1]).any()
+    torch.testing.assert_close(got[0, :, 32:], _masked_sdpa(q, k, v, mask)[0, :, 32:],
+                               **TOL[torch.float32])
+    assert torch.isnan(_masked_sdpa(q, dirty_k, dirty_v, mask)[0, :, 32:]).all()
     assert simaccel.get_device().runtime_stats()["host_fallback_ops"] == 0
 
 
