@@ -171,9 +171,9 @@ class CompiledGraph:
         return self._run(list(args), host_args, data_ptrs, None, layout)
 
     def _find_direct(self, makers: list[Callable[[], torch.Tensor]], layout: Any) -> None:
-        """Take the program's direct replay, if it has one (a static binding with a
-        record) whose outputs can be made as clones of their device views: each output
-        of the layout :class:`HostOutputs` makes (contiguous, no storage offset), so a
+        """Take the program's direct replay at ``layout``, if that binding recorded its
+        replay and its outputs can be made as clones of their device views: each output
+        in the layout :class:`HostOutputs` makes (contiguous, no storage offset), so a
         clone is what the general call makes."""
         direct = direct_replay(self.program, layout)
         if direct is None:

@@ -8,9 +8,8 @@ a kernel's compiled form arrived since, host output arrays to download into. A
 was made in still holds (the program's workspace, the binding of the call's layout, its
 record, the device generation and the kernel tier epoch: ~0.2 us) and replays the record,
 the caller's ``download`` making the outputs from the device views under the program's
-lock (a compiled graph clones them into
-new tensors: one allocation and copy per output where it made an empty tensor, took its
-numpy view and copied into that). Anything else (another state, an input the record does
+lock (a compiled graph clones them into new tensors: one allocation and copy per output
+where it made an empty tensor, took its numpy view and copied into that). Anything else (another state, an input the record does
 not fit) returns None before anything moves, and the caller goes the general way.
 
 The call moves the same bytes, runs the same kernels and lands on the timeline, trace and
@@ -29,22 +28,20 @@ Download = Callable[[list[Any]], None]
 
 
 class DirectReplay:
-    """One binding's replay for a caller that makes its own outputs (see the
-    module doc); made by :func:`direct_replay`."""
+    """One binding's replay for a caller that makes its own outputs (see the module
+    doc); made by :func:`direct_replay`."""
 
-    __slots__ = ("program", "device", "bound", "replay", "block", "generation",
-                 "tier_epoch", "launches")
+    __slots__ = ("program", "device", "bound", "replay", "block", "launches")
 
     def __init__(self, program: Any, bound: Any):
         self.program = program
         self.device = program.device
         self.bound = bound
         self.replay = bound.replay
-        #: the state the binding was made in: the call goes the general way once any of
-        #: it changed (the general call re-binds, and the caller makes a new one)
+        #: the workspace the binding's views lie in: the call goes the general way once
+        #: the program holds another (the general call re-binds, the caller makes a new
+        #: direct replay), as it does once the device or a kernel's tier moved on
         self.block = program._state.workspace
-        self.generation = program._generation
-        self.tier_epoch = program._tier_epoch
         self.launches = program._launches_per_call
 
     def sources(self) -> list[np.ndarray]:
