@@ -18,6 +18,7 @@ import torch.fx
 from simaccel.attention import ATTENTION_DECOMPOSITIONS
 from simaccel.codegen.compile import assemble
 from simaccel.codegen.graph import GraphLowering
+from simaccel.codegen.sizes import is_symbolic
 from simaccel.compiled import CompiledGraph, direct_caller, graph_outputs
 from simaccel.errors import UnsupportedOpError
 from simaccel.guards import dynamo, first_trace, prepare_frame
@@ -145,7 +146,16 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any], options: 
     log.debug("%s", report)
     static = frozenset(i for i, fact in enumerate(facts) if fact.resident)
     return CompiledGraph(program, lowered.output_meta, graph_outputs(gm, lowered.input_views),
-                         report=report, static_inputs=static, version_bumped=version_bumped)
+                         report=report, static_inputs=static, version_bumped=version_bumped,
+                         tensor_sizes_vary=any(map(_sizes_vary, example_inputs)))
+
+
+def _sizes_vary(value: Any) -> bool:
+    """Whether ``value`` (an example input) is a tensor with a symbolic size or stride:
+    a size symbol of the graph, which a lifted int may be alone (an int argument is where
+    the program reads a symbol both carry, so its sources do not tell)."""
+    return isinstance(value, torch.Tensor) and any(
+        map(is_symbolic, (*value.shape, *value.stride())))
 
 
 @errors_reach_user

@@ -31,8 +31,15 @@ class CompiledGraph:
 
     def __init__(self, program: Program, output_meta: list[Any], host_outputs: dict[int, Any],
                  report: Any = None, static_inputs: frozenset[int] = frozenset(),
-                 version_bumped: frozenset[int] | None = None):
+                 version_bumped: frozenset[int] | None = None,
+                 tensor_sizes_vary: bool | None = None):
         self.program = program
+        #: whether a tensor argument's sizes or strides can differ between calls (some
+        #: are size symbols); else Dynamo's tensor guards pinned them all, and a call
+        #: re-checks none (a lifted int is a size symbol of its own). None: whenever the
+        #: program has size symbols
+        self._sizes_vary = bool(program.spec.symbols) if tensor_sizes_vary is None \
+            else tensor_sizes_vary
         self.output_meta = output_meta
         #: outputs the program does not compute: Python values, and graph inputs returned
         #: as they are (an ``(args) -> value`` callable)
@@ -56,7 +63,7 @@ class CompiledGraph:
         #: host views of the static-address inputs (parameters, optimizer state), kept
         #: between calls; the 0-d inputs the bank reads by value are never kept
         static = static_inputs - self.bank_inputs
-        self._static = StaticViews(static, bool(program.spec.symbols)) if static else None
+        self._static = StaticViews(static, self._sizes_vary) if static else None
         #: resident inputs without a kept view: their content key is made on its own
         #: (the others' comes with their view, in the same pass over the arguments)
         self._unkept_resident = [i for i in self.resident if i not in static]
@@ -132,7 +139,7 @@ class CompiledGraph:
         positions, then calls; the kernels it ran in tier 0 start compiling when it
         returns (:func:`~simaccel.codegen.compile_pool.release_deferred`)."""
         self._host_arrays = HostArrays(len(args), self.bank_inputs, self._static,
-                                       bool(self.program.spec.symbols))
+                                       self._sizes_vary)
         try:
             return self(args)
         finally:

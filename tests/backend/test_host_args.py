@@ -213,3 +213,54 @@ def test_host_arrays_convert_whatever_each_position_holds() -> None:
     assert convert(args)[0][0] is first
     host, _ = convert([3.0, None, 2, 7, 1.5, grad])  # numbers, an erased effect token
     assert host[0] == 3.0 and host[1] is NO_DATA and host[2] == 2 and host[3] == 7
+
+
+def _graphs_made(fn, *calls) -> list:
+    """The CompiledGraphs a ``torch.compile(fn, backend="simaccel", ...)`` made over
+    ``calls`` (each a tuple of arguments), each result compared with eager."""
+    from simaccel import compiled
+    made = []
+    first_call = compiled.CompiledGraph._first_call
+
+    def spy(self, args):
+        made.append(self)
+        return first_call(self, args)
+    torch._dynamo.reset()
+    compiled.CompiledGraph._first_call = spy
+    try:
+        for args, compiled_fn in calls:
+            torch.testing.assert_close(compiled_fn(*args), fn(*args))
+    finally:
+        compiled.CompiledGraph._first_call = first_call
+    return made
+
+
+def test_a_lifted_int_leaves_a_static_shape_graphs_tensor_sizes_pinned() -> None:
+    """A lifted int is a size symbol, but with ``dynamic=False`` Dynamo's tensor guards
+    still pin every tensor's sizes and strides: the call re-checks none of them."""
+    def fn(x, n):
+        return x * n + 1
+
+    compiled_fn = torch.compile(fn, backend="simaccel", dynamic=False)
+    x = torch.randn(8)
+    graphs = _graphs_made(fn, *[((x, n), compiled_fn) for n in (3, 4, 5)])
+    assert len(graphs) == 1 and graphs[0].program.spec.symbols
+    assert graphs[0]._host_arrays._dynamic is False
+
+
+def test_a_dynamic_tensor_size_read_from_an_int_keeps_the_sizes_checked() -> None:
+    """``dynamic=True``: Dynamo passes the tensor's length as an int argument of its own,
+    so the program reads every symbol from an int; the tensor's sizes vary all the same,
+    so each call checks them (the same tensor resized in place at the same address gets
+    a view of its new size)."""
+    def fn(x, n):
+        return x[:n] * 2
+
+    compiled_fn = torch.compile(fn, backend="simaccel", dynamic=True)
+    x = torch.arange(12, dtype=torch.float32)
+    calls = [((x, 12), compiled_fn)]
+    graphs = _graphs_made(fn, *calls)
+    assert all(source.dim is None for source in graphs[-1].program.spec.symbols)
+    assert graphs[-1]._host_arrays._dynamic is True
+    x.resize_(10)  # same address, another size
+    torch.testing.assert_close(compiled_fn(x, 10), fn(x, 10))
