@@ -10,10 +10,12 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from simaccel.bench import measure, optim, scenarios
 from simaccel.bench.configmodel import OPERAND_SETTINGS, config_model
-from simaccel.bench.report import Target, fmt_seconds, print_table, targets, to_json
+from simaccel.bench.report import (Target, _extra_cells, fmt_seconds, print_table, targets,
+                                   to_json)
 from simaccel.bench.runner import BenchResult, Task, build_tasks, run_bench, run_tasks, select
 from simaccel.bench.scenarios import BenchConfig, Record
 
@@ -165,6 +167,44 @@ def test_kernel_targets_divide_each_backends_same_round_ratio_over_eager():
     assert found["simaccel mlp / eager (full size)"].value == 1.1
     assert found["simaccel mlp / eager (full size)"].met is False
     assert found["simaccel chain8 / inductor (full size)"].met is None  # no inductor record
+
+
+def test_a_kernel_target_against_a_backend_prefers_their_same_rounds_ratio():
+    """simaccel's record timed beside the rival's calls carries ``over_<rival>``: the
+    target reads that one ratio, not the two records' ratios over eager divided."""
+    result = _result()
+    result.records += [
+        Record("kernel", "gpt2[6 layers]", "inductor", 4e-3, 10,
+               {"quick_sizes": False, "over_eager": 0.75}),
+        Record("kernel", "gpt2[6 layers]", "simaccel", 4.5e-3, 10,
+               {"quick_sizes": False, "over_eager": 0.80, "over_inductor": 0.94,
+                "inductor_same_rounds_s": 4.1e-3}),
+    ]
+    found = {t.name: t for t in targets(result)}
+    gpt2 = found["simaccel gpt2 / inductor (full size)"]
+    assert gpt2.value == 0.94 and gpt2.met is True and gpt2.note == "(same rounds)"
+
+
+def test_simaccels_kernel_task_alternates_with_the_rival_kept_by_its_task(monkeypatch):
+    """The rival's task keeps its compiled workload; simaccel's times both in alternating
+    batches (the rival compiles again after Dynamo's reset) and lets it go."""
+    from simaccel.bench import scenarios as sc
+    from simaccel.bench.workloads import KernelWorkload
+
+    def make(quick):
+        return (lambda x: (x * 2 + 1).sin()), (torch.randn(256),)
+    workload = KernelWorkload("tiny_pair", make, ("256", "256"))
+    monkeypatch.setitem(sc.KERNEL_WORKLOADS, "tiny_pair", workload)
+    monkeypatch.setitem(sc.KERNEL_RIVALS, "tiny_pair", "dynamo_eager")
+    cfg = sc.BenchConfig(quick=False, batches=4)
+    rival = sc.measure_kernel("tiny_pair", "dynamo_eager", cfg)
+    assert "tiny_pair" in sc._KEPT_RIVALS and "over_dynamo_eager" not in rival.extra
+    ours = sc.measure_kernel("tiny_pair", "simaccel", cfg)
+    assert "tiny_pair" not in sc._KEPT_RIVALS
+    x = ours.extra
+    assert x["over_dynamo_eager"] > 0 and x["dynamo_eager_same_rounds_s"] > 0
+    assert x["kernel_s_per_call"] > 0  # simaccel's kernels ran
+    assert "/dynamo_eager same rounds" in _extra_cells(ours)
 
 
 def test_batches_beside_a_baseline_alternate_and_time_both():
