@@ -389,9 +389,9 @@ def _beside_rival(name: str, call: Callable[[], Any], batches: int) -> dict[str,
     rival's own task earlier in this run) timed in alternating batches of
     :data:`RIVAL_BATCH_S`:
     ``{"<rival>_same_rounds_s": its median, "over_<rival>": ours over it}``. One ratio of
-    two backends sharing the machine's load; each one's ratio over eager comes from its
-    own rounds, minutes apart (dividing those two moved GPT-2's from 0.92 to 1.21 across
-    runs, while alternating them read 0.943 twice). Empty when the rival did not run."""
+    two backends sharing the machine's load, where each one's ratio over eager comes
+    from its own rounds, minutes apart (dividing those two moved GPT-2's between 0.92
+    and 1.21 across runs of the same code). Empty when the rival did not run."""
     kept = _KEPT_RIVALS.pop(name, None)
     if kept is None:
         return {}
