@@ -32,14 +32,13 @@ class CompiledGraph:
     def __init__(self, program: Program, output_meta: list[Any], host_outputs: dict[int, Any],
                  report: Any = None, static_inputs: frozenset[int] = frozenset(),
                  version_bumped: frozenset[int] | None = None,
-                 tensor_sizes_vary: bool | None = None):
+                 tensor_sizes_vary: bool = True):
         self.program = program
         #: whether a tensor argument's sizes or strides can differ between calls (some
-        #: are size symbols); else Dynamo's tensor guards pinned them all, and a call
-        #: re-checks none (a lifted int is a size symbol of its own). None: whenever the
-        #: program has size symbols
-        self._sizes_vary = bool(program.spec.symbols) if tensor_sizes_vary is None \
-            else tensor_sizes_vary
+        #: are size symbols; True where that is not known); else Dynamo's tensor guards
+        #: pinned them all, and a call re-checks none (a lifted int is a size symbol of
+        #: its own)
+        self._sizes_vary = tensor_sizes_vary
         self.output_meta = output_meta
         #: outputs the program does not compute: Python values, and graph inputs returned
         #: as they are (an ``(args) -> value`` callable)

@@ -9,8 +9,9 @@ was made in still holds (the program's workspace, the binding of the call's layo
 record, the device generation and the kernel tier epoch: ~0.2 us) and replays the record,
 the caller's ``download`` making the outputs from the device views under the program's
 lock (a compiled graph clones them into new tensors: one allocation and copy per output
-where it made an empty tensor, took its numpy view and copied into that). Anything else (another state, an input the record does
-not fit) returns None before anything moves, and the caller goes the general way.
+where it made an empty tensor, took its numpy view and copied into that). Anything else
+(another state, an input the record does not fit) returns None before anything moves,
+and the caller goes the general way.
 
 The call moves the same bytes, runs the same kernels and lands on the timeline, trace and
 counters exactly as the general replay (``tests/runtime/test_direct.py``).
