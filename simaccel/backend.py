@@ -16,6 +16,7 @@ import torch
 import torch.fx
 
 from simaccel.attention import ATTENTION_DECOMPOSITIONS
+from simaccel.attention_rewrite import fuse_softmax_attention
 from simaccel.codegen.compile import assemble
 from simaccel.codegen.graph import GraphLowering
 from simaccel.codegen.sizes import is_symbolic
@@ -166,6 +167,7 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     opts = parse_options(options)
     guard_report = _prepare_guards(gm, example_inputs, opts)
     drop_inactive_dropouts(gm)  # eager returns their input: no node for AOTAutograd
+    rewrites = fuse_softmax_attention(gm)  # after the dropouts: they sit in the pattern
     bounds = bucket_guards(gm, example_inputs, opts.shape_buckets) if opts.shape_buckets \
         else {}
     frame_facts = frame_input_facts(guard_report.device_plan, len(example_inputs))
@@ -179,7 +181,7 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
         facts = forward_input_facts(frame_facts, gm, graph)
         forward_seen.append((graph, facts))
         return _noted(compile_graph(graph, inputs, opts, "forward", facts, guard_report,
-                                    bounds, version_bumped), ddp)
+                                    bounds, version_bumped), ddp, rewrites)
 
     def fw_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
         return compile_forward(graph, inputs, dynamo.version_bumped_inputs(graph))
@@ -223,9 +225,13 @@ def ddp_note() -> str:
     return "; ".join(parts + ([attached] if attached else []))
 
 
-def _noted(compiled: Any, ddp: str) -> Any:
-    if ddp and getattr(compiled, "report", None) is not None:
-        compiled.report.ddp = ddp
+def _noted(compiled: Any, ddp: str, rewrites: list[str] | None = None) -> Any:
+    """``compiled`` with its report noting the DDP split and the rewrites of the frame's
+    graph (:mod:`simaccel.attention_rewrite`) that reached it."""
+    report = getattr(compiled, "report", None)
+    if report is not None:
+        report.ddp = ddp or report.ddp
+        report.rewrites = list(rewrites or report.rewrites)
     return compiled
 
 

@@ -48,6 +48,9 @@ class CompileReport:
     #: a graph with data-dependent sizes: its device stages and host steps, in order
     #: (:mod:`simaccel.staged`; each device stage has a report of its own)
     stages: list[str] = field(default_factory=list)
+    #: rewrites of the frame's graph before AOTAutograd, one line each (a hand-written
+    #: attention made one SDPA call: :mod:`simaccel.attention_rewrite`)
+    rewrites: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         return self.render(list_kernels=True)
@@ -100,6 +103,8 @@ class CompileReport:
         if self.stages:
             lines.append("  staged program (data-dependent sizes):")
             lines += [f"    {stage}" for stage in self.stages]
+        if self.rewrites:
+            lines.append("  graph rewrites: " + "; ".join(self.rewrites))
         if self.ddp:
             lines.append(f"  DDP: {self.ddp}")
         if self.guards is not None:

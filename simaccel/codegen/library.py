@@ -12,7 +12,8 @@ device kernel launch (:class:`~simaccel.codegen.ir.LibraryKernel`): it becomes a
 :class:`~simaccel.runtime.spec.LaunchStep`, counts
 in ``kernel_launches`` and sits on the compute track with its roofline time. Epilogues
 (bias, activation) stay fused in the pointwise kernel that follows, except a bfloat16
-linear layer's bias, which the library adds before rounding (:class:`GemmBias`).
+linear layer's bias, which the library adds before rounding, and the bias of a linear
+layer whose result several kernels read as stored (:class:`GemmBias`).
 """
 from __future__ import annotations
 
@@ -232,14 +233,13 @@ def _nothing() -> None:
 
 gemm = Gemm()
 gemm_bfloat16 = Gemm(torch.bfloat16)
+gemm_bias = GemmBias()
 gemm_bias_bfloat16 = GemmBias(torch.bfloat16)
 
 
 def gemm_for(dtype: str, bias: bool = False) -> Gemm:
     """The library GEMM of operands of ``dtype`` (one of :data:`GEMM_DTYPES`); ``bias``:
-    with a bias epilogue (bfloat16 only)."""
+    with a bias epilogue (2-D only)."""
     if dtype != "bfloat16":
-        if bias:
-            raise ValueError(f"no bias epilogue for {dtype} GEMMs")
-        return gemm
+        return gemm_bias if bias else gemm
     return gemm_bias_bfloat16 if bias else gemm_bfloat16

@@ -3,12 +3,14 @@
 :mod:`.lower_pool`, :mod:`.lower_scan`.)"""
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
 
 from simaccel.codegen import library, templates
 from simaccel.codegen.graph import GraphLowering, extern
+from simaccel.codegen.input_views import VIEW_OPS
 from simaccel.codegen.ir import LibraryKernel
 from simaccel.codegen.lowering import elementwise
 from simaccel.codegen.operands import as_compute, as_dtype, is_half
@@ -75,7 +77,8 @@ def _mm(ctx: GraphLowering, a: TensorValue, b: TensorValue) -> Realized:
 def _addmm(ctx: GraphLowering, bias: Any, a: TensorValue, b: TensorValue, *,
            beta: Any = 1, alpha: Any = 1) -> TensorValue:
     dtype = ctx.out_dtype()
-    if _bias_epilogue(bias, a, b, dtype, beta, alpha):
+    if _bias_epilogue(bias, a, b, dtype, beta, alpha,
+                      _in_place_readers(ctx.current)):
         row = ctx.realize_contiguous(as_dtype(bias, dtype))
         if row.layout.offset:  # the library call reads the row from element 0
             row = ctx.realize_contiguous_copy(row)
@@ -89,12 +92,40 @@ def _addmm(ctx: GraphLowering, bias: Any, a: TensorValue, b: TensorValue, *,
 
 
 def _bias_epilogue(bias: Any, a: TensorValue, b: TensorValue, dtype: str, beta: Any,
-                   alpha: Any) -> bool:
+                   alpha: Any, readers: int) -> bool:
     """Whether ``beta * bias + alpha * a @ b`` runs as one library GEMM with a bias
-    epilogue: a bfloat16 linear layer (2-D, a row bias, beta = alpha = 1). The library
-    adds the bias to its float32 accumulator and rounds once, as eager's bfloat16 addmm
-    does; adding it afterwards would round the product twice. (float32 keeps the bias add
-    fused into the GEMM's consumer kernel.)"""
-    return (dtype == "bfloat16" and beta == 1 and alpha == 1 and a.ndim == 2
-            and b.ndim == 2 and isinstance(bias, TensorValue) and bias.ndim == 1
-            and bias.shape[0] == b.shape[-1])
+    epilogue: a linear layer (2-D, a row bias, beta = alpha = 1) in bfloat16, or in
+    float32 or float64 where several kernels read the result as stored (``readers``:
+    :func:`_in_place_readers`). In bfloat16 the library adds the bias to its float32
+    accumulator and rounds once, as eager's bfloat16 addmm does; adding it afterwards
+    would round the product twice. A float32 result otherwise has the bias add fused into
+    the kernels that read it (no pass of its own); a kernel that reads it as stored takes
+    it realized, so each would have the bias added by a copy kernel of its own (a fused
+    qkv projection's k and v, which the attention kernel reads in place: measured on a
+    GPT-2 layer, 2x64 tokens, the copies took ~30 us a layer)."""
+    if beta != 1 or alpha != 1 or a.ndim != 2 or b.ndim != 2 \
+            or not isinstance(bias, TensorValue) or bias.ndim != 1 \
+            or bias.shape[0] != b.shape[-1] or dtype not in library.GEMM_DTYPES:
+        return False
+    return dtype == "bfloat16" or readers > 1
+
+
+#: ops through which a GEMM's result reaches its consumers as stored (views, splits)
+_PASSED_THROUGH = VIEW_OPS | {aten._unsafe_view.default, aten.split.Tensor,
+                              aten.split_with_sizes.default, operator.getitem}
+#: ops whose kernel reads its tensor operands as stored (a producer's pointwise work
+#: cannot fuse into it)
+_READS_AS_STORED = {aten._scaled_dot_product_flash_attention_for_cpu.default}
+
+
+def _in_place_readers(node: Any) -> int:
+    """How many ops of :data:`_READS_AS_STORED` read the value of the ATen ``node``
+    through views and splits."""
+    count, stack = 0, list(getattr(node, "users", ()))
+    while stack:
+        user = stack.pop()
+        if user.op == "call_function" and user.target in _PASSED_THROUGH:
+            stack.extend(user.users)
+        else:
+            count += user.op == "call_function" and user.target in _READS_AS_STORED
+    return count

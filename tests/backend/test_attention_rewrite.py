@@ -1,0 +1,163 @@
+"""Hand-written softmax attention made one SDPA call before AOTAutograd
+(:mod:`simaccel.attention_rewrite`), run by the fused attention kernel. Each case
+compares with eager (``check``: values, dtype, shape, kernels launched, DMA moved, no host
+fallback) and shows what ran: the rewrite in the compile report, one attention kernel and
+no batched GEMM or softmax kernel of its own; near misses stay as written."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+import simaccel
+from simaccel.bench.gpt2 import gpt2
+from simaccel.codegen.blas_symbols import has_gemm
+from tests.conftest import check
+from tests.models.eager_attention import (AdditiveMaskAttention, DropoutAttention,
+                                          InfFillAttention, PaddedAttention,
+                                          SelectMaskAttention, WeightsReturnedAttention)
+
+#: float32: the scale moved from the scores to q and the kernel's exps and sums rounded
+#: as eager's flash kernel rounds them, not as its softmax does; float64 near exact
+TOL = {torch.float32: {"rtol": 1e-5, "atol": 2e-6},
+       torch.float64: {"rtol": 1e-12, "atol": 1e-13},
+       torch.bfloat16: {"rtol": 2e-2, "atol": 2e-2}}
+
+pytestmark = pytest.mark.skipif(not has_gemm("float32"),
+                                reason="this torch exports no BLAS GEMM")
+
+
+def _qkv(*shape: int, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    return [torch.randn(*shape, dtype=dtype) for _ in range(3)]
+
+
+def _rewrites(result) -> list[str]:
+    return [line for r in result.reports for line in r.rewrites]
+
+
+def _assert_fused(result, count: int = 1) -> None:
+    """``count`` attentions rewritten, each one kernel: no batched GEMM or softmax row
+    kernel is left."""
+    assert len(_rewrites(result)) == count, _rewrites(result)
+    names = [k.name for r in result.reports for k in r.kernels]
+    assert sum("flash_attention" in n and n.startswith("extern") for n in names) == count
+    assert not [n for n in names if "bmm" in n or "amax" in n], names
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_select_mask_attention_runs_as_one_kernel(dtype):
+    q, k, v = _qkv(2, 4, 64, 32, dtype=dtype)
+    result = check(SelectMaskAttention(factor=0.7).to(dtype), q, k, v, **TOL[dtype])
+    _assert_fused(result)
+    assert f"where(..., {torch.finfo(dtype).min:.3g})" in _rewrites(result)[0]
+
+
+def test_a_lifted_factor_changes_without_a_recompile():
+    """The config factor is lifted: it multiplies q at run time, so new values reuse the
+    graph (Dynamo's eager backend, on the same calls, compiles again)."""
+    q, k, v = _qkv(1, 2, 16, 8)
+    model = SelectMaskAttention(positions=16)
+    graphs = {}
+    for backend in ("simaccel", "eager"):
+        torch._dynamo.reset()
+        counters.clear()
+        compiled = torch.compile(model, backend=backend)
+        for factor in (1.0, 0.5, 3.0):
+            model.factor = factor
+            torch.testing.assert_close(compiled(q, k, v), model(q, k, v), **TOL[q.dtype])
+        graphs[backend] = counters["stats"]["unique_graphs"]
+    assert graphs["simaccel"] == 1 < graphs["eager"]
+    assert "*" in simaccel.reports()[0].rewrites[0]  # a factor read from the graph
+
+
+def test_a_row_hidden_whole_gets_uniform_weights_as_in_eager():
+    """The finite fill makes every score of a hidden row equal: uniform weights, the
+    mean of the values (the kernel keeps the row's keys rather than skipping them)."""
+    q, k, v = _qkv(1, 2, 8, 4)
+    model = SelectMaskAttention(positions=8)
+    model.bias[..., 3, :] = False
+    result = check(model, q, k, v, **TOL[torch.float32])
+    _assert_fused(result)
+    torch.testing.assert_close(result.outputs[0, :, 3], v[0].mean(dim=1))
+
+
+def test_an_additive_mask_before_the_scores():
+    q, k, v = _qkv(2, 2, 24, 16)
+    lengths = torch.tensor([24, 17])
+    keep = (torch.arange(24) < lengths[:, None])[:, None, None, :] \
+        & torch.ones(24, 24, dtype=torch.bool).tril()
+    mask = torch.zeros(2, 1, 24, 24).masked_fill(~keep, torch.finfo(torch.float32).min)
+    _assert_fused(check(AdditiveMaskAttention(), q, k, v, mask, **TOL[torch.float32]))
+
+
+def test_a_select_and_an_additive_mask_in_one_chain():
+    q, k, v = _qkv(2, 2, 12, 8)
+    hidden = torch.zeros(2, 1, 1, 12, dtype=torch.bool)
+    hidden[1, ..., 9:] = True
+    causal = torch.zeros(12, 12).masked_fill(torch.ones(12, 12).triu(1).bool(), -1e30)
+    result = check(PaddedAttention(), q, k, v, hidden, causal, **TOL[torch.float32])
+    _assert_fused(result)
+
+
+@pytest.mark.parametrize("model, masked", [(InfFillAttention(), True),
+                                           (WeightsReturnedAttention(), False),
+                                           (DropoutAttention().train(), False)])
+def test_near_misses_stay_as_written(model, masked):
+    """-inf fills (NaN rows in eager), weights returned, an active dropout: no rewrite,
+    and the graph still runs on the device (a dropout's values are random: shapes only)."""
+    q, k, v = _qkv(1, 2, 8, 4)
+    args = [q, k, v] + ([torch.ones(8, 8, dtype=torch.bool).triu(1)] if masked else [])
+    if isinstance(model, DropoutAttention):
+        simaccel.clear_reports()
+        torch._dynamo.reset()
+        assert torch.compile(model, backend="simaccel")(*args).shape == q.shape
+        reports = simaccel.reports()
+    else:
+        reports = check(model, *args, **TOL[torch.float32]).reports
+    assert reports and not [line for r in reports for line in r.rewrites]
+
+
+def test_an_inactive_dropout_is_rewritten():
+    q, k, v = _qkv(1, 2, 8, 4)
+    _assert_fused(check(DropoutAttention().eval(), q, k, v, **TOL[torch.float32]))
+
+
+def test_gradients_flow_through_the_rewritten_attention():
+    """Training graphs get the rewrite too: the fused forward and SDPA's backward."""
+    q, k, v = (t.requires_grad_() for t in _qkv(2, 2, 16, 8))
+    model = SelectMaskAttention(positions=16, factor=0.5)
+    reference = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    torch._dynamo.reset()
+    simaccel.clear_reports()
+    out = torch.compile(model, backend="simaccel")(q, k, v)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    expected = model(*reference)
+    torch.testing.assert_close(out, expected, **TOL[torch.float32])
+    for got, want in zip(grads, torch.autograd.grad(expected.square().sum(), reference)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert simaccel.reports()[0].rewrites
+
+
+def test_dynamic_lengths_share_one_rewritten_graph():
+    model = SelectMaskAttention(positions=64)
+    torch._dynamo.reset()
+    counters.clear()
+    simaccel.clear_reports()
+    compiled = torch.compile(model, backend="simaccel", dynamic=True)
+    for length in (16, 24, 40):
+        q, k, v = _qkv(1, 2, length, 8)
+        torch.testing.assert_close(compiled(q, k, v), model(q, k, v), **TOL[torch.float32])
+    assert counters["stats"]["unique_graphs"] == 1
+    assert [r.size_symbols for r in simaccel.reports()] and simaccel.reports()[0].rewrites
+
+
+def test_gpt2_layers_run_fused_attention_on_a_biased_qkv_gemm():
+    """Each layer's attention is rewritten; its fused qkv projection, whose q, k and v
+    the kernel reads in place, adds its bias in the GEMM (no copy kernel per operand)."""
+    model, (tokens,) = gpt2(n_layer=2, batch=2, seq=16)
+    with torch.no_grad():  # logits through 2 layers and a 512-way head: sums of sums
+        result = check(model, tokens, rtol=1e-4, atol=2e-5)
+    _assert_fused(result, count=2)
+    paths = [k.path for k in result.reports[0].kernels if k.name.startswith("gemm")]
+    assert paths.count("gemm_bias") == 2, paths  # c_attn of each layer
