@@ -23,6 +23,15 @@ fills are taken: a row hidden whole then gets uniform weights, as in eager (a fi
 absorbed). Scale factors are moved from the scores to q (numbers into SDPA's ``scale``):
 the same value up to rounding (~1 ulp of the scores).
 
+Spellings taken, as real model code writes them: ``@``, ``torch.matmul`` or the method;
+``transpose`` or ``permute(0, 1, 3, 2)`` of k; ``*`` or ``/`` by a number, a lifted float,
+a 0-d tensor or a 0-d ``torch.full`` (Hugging Face's GPT-2 divisor: its value, rounded to
+its dtype, becomes a number); ``torch.where(keep, w, fill)`` or ``w.masked_fill(hidden,
+fill)`` with a number or a 0-d ``torch.full`` fill; ``w + mask`` or ``mask + w``; casts to
+the dtype the scores have; the softmax as a function or method, in the scores' dtype or
+(for 16-bit scores, Llama's ``softmax(..., dtype=torch.float32).to(q.dtype)``) in float32,
+which is what the kernel computes in.
+
 The rewrite runs before AOTAutograd traces the graph, so training graphs get the fused
 forward and SDPA's backward (:mod:`simaccel.attention`) too; an active dropout on the
 weights stops the match (its mask is drawn per weight). Every node of the pattern but q,
@@ -64,7 +73,8 @@ class _Match:
     scale: float = 1.0
     #: factors that are graph values (a lifted float, a 0-d tensor): (node, divides)
     factors: list[tuple[torch.fx.Node, bool]] = field(default_factory=list)
-    #: masks innermost first: ("where", cond, fill, keep_if_true) or ("add", mask)
+    #: masks innermost first: ("where", cond, fill, keep_if_true, fill as written) or
+    #: ("add", mask)
     masks: list[tuple[Any, ...]] = field(default_factory=list)
     #: the replaced nodes, the output's matmul first
     nodes: list[torch.fx.Node] = field(default_factory=list)
@@ -109,19 +119,26 @@ def _match(out: torch.fx.Node) -> _Match | None:
     if not _is_call(out, _MATMULS, "matmul") or len(out.args) != 2 or out.kwargs:
         return None
     weights, value = out.args
+    nodes = [out]
+    if _same_or_cast(weights, _value(out)):  # .to(v.dtype) after a float32 softmax
+        nodes.append(weights)
+        weights = weights.args[0]
     scores = _softmax_input(weights)
     if scores is None:
         return None
-    match = _Match(query=None, key=None, value=value, nodes=[out, weights])  # type: ignore
-    node, masks = scores, []
+    match = _Match(query=None, key=None, value=value, nodes=[*nodes, weights])  # type: ignore
+    node, masks, made = scores, [], []
     while _single_user(node) and (step := _step(node)) is not None:
         below, kind = step
-        if kind[0] == "scale":
-            factor, divides = kind[1:]
+        if kind[0] == "same":
+            pass
+        elif kind[0] == "scale":
+            factor, divides, written = kind[1:]
             if isinstance(factor, torch.fx.Node):
                 match.factors.append((factor, divides))
             else:
                 match.scale *= 1.0 / factor if divides else factor
+                made.append(written)
         elif match.factors or match.scale != 1.0:
             return None  # a mask below a scaling: the fill would be scaled
         else:
@@ -131,36 +148,58 @@ def _match(out: torch.fx.Node) -> _Match | None:
     match.masks = masks[::-1]
     if not _scores_product(node, match):
         return None
-    return match if _operands_fit(match, _value(scores)) else None
+    # a fill or a factor made for the pattern (torch.full) goes with it
+    made += [m[4] for m in masks if m[0] == "where"]
+    match.nodes += [n for n in made if isinstance(n, torch.fx.Node)]
+    return match if _operands_fit(match, _value(scores), _value(out)) else None
+
+
+def _same_or_cast(node: Any, result: Any) -> bool:
+    """Whether ``node`` is ``x.to(dtype)`` or ``x.type(dtype)`` with one user and a
+    floating result of ``result``'s dtype (None: ``x``'s own)."""
+    if not _is_call(node, set(), "to") and not _is_call(node, set(), "type") \
+            or not _single_user(node) or len(node.args) != 2 or node.kwargs:
+        return False
+    source, out = _value(node.args[0]), _value(node)
+    if not all(isinstance(t, torch.Tensor) for t in (source, out)):
+        return False
+    want = source.dtype if result is None else result.dtype
+    return out.is_floating_point() and out.dtype == want and isinstance(
+        node.args[1], torch.dtype) and source.device == out.device
 
 
 def _softmax_input(weights: Any) -> torch.fx.Node | None:
-    """The input of ``weights`` if it is a last-dim softmax (no dtype) with one user."""
+    """The input of ``weights`` if it is a last-dim softmax with one user, computed in its
+    input's dtype or, for 16-bit input, float32 (as the fused kernel computes it)."""
     if not _is_call(weights, _SOFTMAXES, "softmax") or not _single_user(weights):
         return None
     dim = _arg(weights, 1, "dim")
     # F.softmax(input, dim, _stacklevel, dtype); torch.softmax and the method: (.., dim, dtype)
-    if _arg(weights, 3 if weights.target is F.softmax else 2, "dtype") is not None:
-        return None
+    dtype = _arg(weights, 3 if weights.target is F.softmax else 2, "dtype")
     source = weights.args[0]
     value = _value(source)
-    rank = value.dim() if isinstance(value, torch.Tensor) else None
-    return source if dim == -1 or (rank is not None and dim == rank - 1) else None
+    if not isinstance(value, torch.Tensor) or dtype not in (None, value.dtype) and not (
+            dtype is torch.float32 and value.dtype in (torch.bfloat16, torch.float16)):
+        return None
+    return source if dim in (-1, value.dim() - 1) else None
 
 
 def _step(node: torch.fx.Node) -> tuple[torch.fx.Node, tuple[Any, ...]] | None:
     """(the scores below, what ``node`` does to them) for one step down from the
-    softmax: ``("where", cond, fill, keep_if_true)``, ``("add", mask)`` or ``("scale",
-    factor, divides)``; None if ``node`` is none of these."""
+    softmax: ``("where", cond, fill, keep_if_true, fill as written)``, ``("add", mask)``,
+    ``("scale", factor, divides, factor as written)`` or ``("same",)`` (a cast to the
+    dtype it has); None if ``node`` is none of these."""
     args = node.args
+    if _same_or_cast(node, None):
+        return args[0], ("same",)
     if node.kwargs or len(args) not in (2, 3):
         return None
     if node.op == "call_function" and node.target is torch.where and len(args) == 3:
-        if isinstance(args[1], torch.fx.Node) and _takes_fill(args[2]):
-            return args[1], ("where", args[0], float(args[2]), True)
+        if isinstance(args[1], torch.fx.Node) and _fill(args[2]) is not None:
+            return args[1], ("where", args[0], _fill(args[2]), True, args[2])
     elif _is_call(node, {torch.masked_fill}, "masked_fill") and len(args) == 3:
-        if _takes_fill(args[2]):
-            return args[0], ("where", args[1], float(args[2]), False)
+        if _fill(args[2]) is not None:
+            return args[0], ("where", args[1], _fill(args[2]), False, args[2])
     elif len(args) != 2:
         return None
     elif _is_call(node, _ADDS, "add") and all(isinstance(x, torch.fx.Node) for x in args):
@@ -172,12 +211,31 @@ def _step(node: torch.fx.Node) -> tuple[torch.fx.Node, tuple[Any, ...]] | None:
         if not divides and _scalar(scores) and not _scalar(factor):
             scores, factor = factor, scores  # 2 * w
         if _scalar(factor) and isinstance(scores, torch.fx.Node):
-            return scores, ("scale", factor, divides)
+            constant = _full_value(factor) if isinstance(factor, torch.fx.Node) else None
+            if constant != 0:  # a torch.full([], c): c, rounded to its dtype
+                return scores, ("scale", factor if constant is None else constant, divides,
+                                factor)
     return None
 
 
-def _takes_fill(fill: Any) -> bool:
-    return type(fill) in (int, float) and math.isfinite(fill) and fill <= MAX_FILL
+def _fill(fill: Any) -> float | None:
+    """A mask's fill value where it is finite and at most :data:`MAX_FILL`: a number, or
+    a 0-d ``torch.full`` of one (as Hugging Face's GPT-2 makes it); else None."""
+    fill = _full_value(fill) if isinstance(fill, torch.fx.Node) else fill
+    if type(fill) not in (int, float) or not math.isfinite(fill) or fill > MAX_FILL:
+        return None
+    return float(fill)
+
+
+def _full_value(node: torch.fx.Node) -> float | None:
+    """The value of ``torch.full([], number, dtype=...)`` (rounded to its dtype, as the
+    tensor holds it), or None if ``node`` is not one."""
+    if node.op != "call_function" or node.target is not torch.full or len(node.args) != 2 \
+            or node.args[0] not in ([], ()) or not set(node.kwargs) <= {"dtype", "device"} \
+            or type(node.args[1]) not in (int, float):
+        return None
+    dtype = node.kwargs.get("dtype") or torch.get_default_dtype()
+    return float(torch.tensor(node.args[1], dtype=torch.float64).to(dtype).item())
 
 
 def _reaches_product(node: Any, depth: int = 8) -> bool:
@@ -236,15 +294,16 @@ def _transposed(node: Any) -> torch.fx.Node | None:
     return node.args[0] if dims in _LAST_TWO else None
 
 
-def _operands_fit(match: _Match, scores: Any) -> bool:
-    """q, k and v 4-D of one floating dtype, the scores (b, h, queries, keys) as the
-    kernel's, each mask broadcast to no more than them (sizes compared without adding a
-    guard), each fill finite in the dtype."""
+def _operands_fit(match: _Match, scores: Any, out: Any) -> bool:
+    """q, k, v and the scores 4-D of one floating dtype, the output too, the scores
+    (b, h, queries, keys) as the kernel's, each mask broadcast to no more than them
+    (sizes compared without adding a guard), each fill finite in the dtype."""
     values = [_value(n) for n in (match.query, match.key, match.value)]
     if not all(isinstance(v, torch.Tensor) and v.dim() == 4 for v in (*values, scores)):
         return False
     q, k, v = values
-    if not q.is_floating_point() or len({q.dtype, k.dtype, v.dtype, scores.dtype}) != 1:
+    if not q.is_floating_point() or len({q.dtype, k.dtype, v.dtype, scores.dtype,
+                                         getattr(out, "dtype", None)}) != 1:
         return False
     pairs = [*zip(scores.shape, (*q.shape[:3], k.shape[2])), *zip(k.shape[:2], q.shape[:2]),
              *zip(v.shape[:3], k.shape[:3])]
@@ -324,7 +383,7 @@ def _additive_mask(graph: torch.fx.Graph, masks: list[tuple[Any, ...]],
     total: Any = 0.0
     for mask in masks:
         if mask[0] == "where":
-            _, cond, fill, keep_if_true = mask
+            _, cond, fill, keep_if_true, _ = mask
             kept, hidden = (total, fill) if keep_if_true else (fill, total)
             total = graph.call_function(torch.where, (cond, kept, hidden))
             added.append(total)

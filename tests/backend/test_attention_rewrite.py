@@ -14,7 +14,8 @@ from simaccel.bench.gpt2 import gpt2
 from simaccel.codegen.blas_symbols import has_gemm
 from tests.conftest import check
 from tests.models.eager_attention import (AdditiveMaskAttention, DropoutAttention,
-                                          InfFillAttention, PaddedAttention,
+                                          HFGPT2Attention, InfFillAttention,
+                                          LlamaEagerAttention, PaddedAttention,
                                           SelectMaskAttention, WeightsReturnedAttention)
 
 #: float32: the scale moved from the scores to q and the kernel's exps and sums rounded
@@ -161,3 +162,21 @@ def test_gpt2_layers_run_fused_attention_on_a_biased_qkv_gemm():
     _assert_fused(result, count=2)
     paths = [k.path for k in result.reports[0].kernels if k.name.startswith("gemm")]
     assert paths.count("gemm_bias") == 2, paths  # c_attn of each layer
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_hugging_face_gpt2_attention_as_written(dtype):
+    q, k, v = _qkv(2, 3, 32, 16, dtype=dtype)
+    result = check(HFGPT2Attention().eval().to(dtype), q, k, v, **TOL[dtype])
+    _assert_fused(result)
+    # the torch.full divisor folded into the kernel's scale: 1 / sqrt(16), no q kernel
+    assert "* 0.25 " in _rewrites(result)[0] and "/ " not in _rewrites(result)[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_llama_eager_attention_with_a_float32_softmax(dtype):
+    q, k, v = _qkv(1, 4, 20, 16, dtype=dtype)
+    causal = torch.full((20, 20), torch.finfo(dtype).min, dtype=dtype).triu(1)
+    result = check(LlamaEagerAttention(16 ** -0.5).eval(), q, k, v,
+                   causal[None, None], **TOL[dtype])
+    _assert_fused(result)

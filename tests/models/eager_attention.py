@@ -79,3 +79,49 @@ class DropoutAttention(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         weights = self.drop((q @ k.transpose(-1, -2) * 0.25).softmax(dim=-1))
         return weights @ v
+
+
+class HFGPT2Attention(nn.Module):
+    """``transformers``' GPT2Attention eager path as written there: the divisor and the
+    fill as 0-d ``torch.full`` tensors, a cast to the dtype the weights have, the causal
+    window sliced for the query rows, ``.type(value.dtype)`` after the softmax."""
+
+    def __init__(self, positions: int = 32) -> None:
+        super().__init__()
+        causal = torch.tril(torch.ones(positions, positions, dtype=torch.bool))
+        self.register_buffer("bias", causal.view(1, 1, positions, positions),
+                             persistent=False)
+        self.attn_dropout = nn.Dropout(0.1)
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+                ) -> torch.Tensor:
+        attn_weights = torch.matmul(query, key.transpose(-1, -2))
+        attn_weights = attn_weights / torch.full(
+            [], value.size(-1) ** 0.5, dtype=attn_weights.dtype, device=attn_weights.device)
+        query_length, key_length = query.size(-2), key.size(-2)
+        causal_mask = self.bias[:, :, key_length - query_length:key_length, :key_length]
+        mask_value = torch.full([], torch.finfo(attn_weights.dtype).min,
+                                dtype=attn_weights.dtype, device=attn_weights.device)
+        attn_weights = torch.where(causal_mask, attn_weights.to(attn_weights.dtype),
+                                   mask_value)
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1)
+        attn_weights = self.attn_dropout(attn_weights.type(value.dtype))
+        return torch.matmul(attn_weights, value)
+
+
+class LlamaEagerAttention(nn.Module):
+    """``transformers``' Llama ``eager_attention_forward``: the softmax in float32, cast
+    back to the query's dtype, then an (inactive) dropout."""
+
+    def __init__(self, scaling: float) -> None:
+        super().__init__()
+        self.scaling = scaling
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                causal_mask: torch.Tensor) -> torch.Tensor:
+        attn_weights = torch.matmul(query, key.transpose(2, 3)) * self.scaling
+        attn_weights = attn_weights + causal_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1,
+                                             dtype=torch.float32).to(query.dtype)
+        attn_weights = nn.functional.dropout(attn_weights, p=0.0, training=self.training)
+        return torch.matmul(attn_weights, value)
