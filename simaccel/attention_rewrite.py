@@ -17,11 +17,14 @@ q, k and v read in place, the scores never leave cache, keys the mask hides in e
 of a block skipped). ``M`` is the masks applied to 0 in the graph's order (a select
 becomes ``where(cond, M, fill)``, an addition ``M + mask``), so ``w + M`` equals the
 masked scores: exactly where kept; where hidden, ``fill`` (plus any added mask), as
-``w + fill == fill`` in floating point for ``|w| < 1e22`` when ``|fill| >= 1e30``. Only such
-fills are taken: a row hidden whole then gets uniform weights, as in eager (a fill of
--inf gives eager NaN there and the kernel 0; a small fill such as -1e4 would not be
-absorbed). Scale factors are moved from the scores to q (numbers into SDPA's ``scale``):
-the same value up to rounding (~1 ulp of the scores).
+``w + fill == fill`` in floating point for ``|w| < 1e22`` when ``|fill| >= 1e30``: only
+such fills (-inf too) are taken, not a small one such as -1e4 that ``w`` would shift. A
+row hidden whole by a finite fill gets uniform weights, as in eager. A row whose scores
+the mask makes -inf whole is NaN in eager's softmax, where SDPA gives 0: where that can
+happen (an added mask, a fill of -inf) the output's rows are set to NaN where the mask
+is -inf whole (:func:`_nan_where_hidden`: a reduction over the mask and a select, fused
+into small kernels). Scale factors are moved from the scores to q (numbers into SDPA's
+``scale``): the same value up to rounding (~1 ulp of the scores).
 
 Spellings taken, as real model code writes them: ``@``, ``torch.matmul`` or the method;
 ``transpose`` or ``permute(0, 1, 3, 2)`` of k; ``*`` or ``/`` by a number, a lifted float,
@@ -219,10 +222,10 @@ def _step(node: torch.fx.Node) -> tuple[torch.fx.Node, tuple[Any, ...]] | None:
 
 
 def _fill(fill: Any) -> float | None:
-    """A mask's fill value where it is finite and at most :data:`MAX_FILL`: a number, or
+    """A mask's fill value where it is at most :data:`MAX_FILL` (-inf too): a number, or
     a 0-d ``torch.full`` of one (as Hugging Face's GPT-2 makes it); else None."""
     fill = _full_value(fill) if isinstance(fill, torch.fx.Node) else fill
-    if type(fill) not in (int, float) or not math.isfinite(fill) or fill > MAX_FILL:
+    if type(fill) not in (int, float) or math.isnan(fill) or fill > MAX_FILL:
         return None
     return float(fill)
 
@@ -234,8 +237,7 @@ def _full_value(node: torch.fx.Node) -> float | None:
             or node.args[0] not in ([], ()) or not set(node.kwargs) <= {"dtype", "device"} \
             or type(node.args[1]) not in (int, float):
         return None
-    dtype = node.kwargs.get("dtype") or torch.get_default_dtype()
-    return float(torch.tensor(node.args[1], dtype=torch.float64).to(dtype).item())
+    return _in_dtype(node.args[1], node.kwargs.get("dtype") or torch.get_default_dtype())
 
 
 def _reaches_product(node: Any, depth: int = 8) -> bool:
@@ -297,7 +299,7 @@ def _transposed(node: Any) -> torch.fx.Node | None:
 def _operands_fit(match: _Match, scores: Any, out: Any) -> bool:
     """q, k, v and the scores 4-D of one floating dtype, the output too, the scores
     (b, h, queries, keys) as the kernel's, each mask broadcast to no more than them
-    (sizes compared without adding a guard), each fill finite in the dtype."""
+    (sizes compared without adding a guard)."""
     values = [_value(n) for n in (match.query, match.key, match.value)]
     if not all(isinstance(v, torch.Tensor) and v.dim() == 4 for v in (*values, scores)):
         return False
@@ -316,8 +318,7 @@ def _mask_fits(mask: tuple[Any, ...], scores: torch.Tensor) -> bool:
     tensor = _value(mask[1])
     if not isinstance(tensor, torch.Tensor) or tensor.dim() > 4:
         return False
-    if mask[0] == "where" and (tensor.dtype != torch.bool or not math.isfinite(
-            torch.tensor(mask[2], dtype=torch.float64).to(scores.dtype).item())):
+    if mask[0] == "where" and tensor.dtype != torch.bool:
         return False
     if mask[0] == "add" and not tensor.is_floating_point():
         return False
@@ -343,6 +344,8 @@ def _replace(graph: torch.fx.Graph, match: _Match) -> bool:
             {"attn_mask": mask, "dropout_p": 0.0, "is_causal": False,
              "scale": match.scale})
         added.append(sdpa)
+        if _may_hide_whole_rows(match.masks, dtype):
+            sdpa = _nan_where_hidden(graph, mask, sdpa, added)
     if not _example_values(added, _value(match.query)):
         for node in reversed(added):
             graph.erase_node(node)
@@ -355,6 +358,29 @@ def _replace(graph: torch.fx.Graph, match: _Match) -> bool:
         if not node.users:
             graph.erase_node(node)
     return True
+
+
+def _may_hide_whole_rows(masks: list[tuple[Any, ...]], dtype: torch.dtype) -> bool:
+    """Whether the combined mask may be -inf across a whole row: an added mask (its
+    values are not known), or a fill that is -inf in the scores' ``dtype`` (float32's
+    minimum is, in bfloat16)."""
+    return any(m[0] == "add" or _in_dtype(m[2], dtype) == -math.inf for m in masks)
+
+
+def _in_dtype(value: float, dtype: torch.dtype) -> float:
+    """``value`` rounded to ``dtype``, as a tensor of it holds it."""
+    return float(torch.tensor(value, dtype=torch.float64).to(dtype).item())
+
+
+def _nan_where_hidden(graph: torch.fx.Graph, mask: torch.fx.Node, out: torch.fx.Node,
+                      added: list[torch.fx.Node]) -> torch.fx.Node:
+    """``out`` with NaN in each row whose scores the mask makes -inf whole: eager's
+    softmax of such a row is NaN, where SDPA and the fused kernel give 0."""
+    hidden = graph.call_function(operator.eq, (mask, -math.inf))
+    rows = graph.call_method("all", (hidden, -1), {"keepdim": True})
+    fixed = graph.call_function(torch.where, (rows, math.nan, out))
+    added += [hidden, rows, fixed]
+    return fixed
 
 
 def _example_values(nodes: list[torch.fx.Node], like: torch.Tensor) -> bool:
@@ -380,19 +406,22 @@ def _additive_mask(graph: torch.fx.Graph, masks: list[tuple[Any, ...]],
                    dtype: torch.dtype, added: list[torch.fx.Node]) -> torch.fx.Node | None:
     """The masks applied to 0 in their order (see the module doc), in the scores'
     dtype; None without masks. Each node made is appended to ``added``."""
-    total: Any = 0.0
+    total: Any = None
     for mask in masks:
         if mask[0] == "where":
             _, cond, fill, keep_if_true, _ = mask
+            if total is None:  # a 0-d zero of the dtype: float64's minimum stays finite
+                total = graph.call_function(torch.zeros, ((),), {"dtype": dtype})
+                added.append(total)
             kept, hidden = (total, fill) if keep_if_true else (fill, total)
             total = graph.call_function(torch.where, (cond, kept, hidden))
             added.append(total)
-        elif isinstance(total, torch.fx.Node):
+        elif total is not None:
             total = graph.call_function(operator.add, (total, mask[1]))
             added.append(total)
         else:
             total = mask[1]
-    if not isinstance(total, torch.fx.Node):
+    if total is None:
         return None
     added.append(graph.call_method("to", (total, dtype)))
     return added[-1]

@@ -51,7 +51,7 @@ class PaddedAttention(nn.Module):
 
 
 class InfFillAttention(nn.Module):
-    """Fill with -inf: a row hidden whole is NaN in eager, so it is left as written."""
+    """nanoGPT's slow path: ``masked_fill`` with -inf (a row hidden whole is NaN)."""
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 hidden: torch.Tensor) -> torch.Tensor:
