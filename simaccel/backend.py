@@ -229,9 +229,10 @@ def _noted(compiled: Any, ddp: str, rewrites: list[str] | None = None) -> Any:
     """``compiled`` with its report noting the DDP split and the rewrites of the frame's
     graph (:mod:`simaccel.attention_rewrite`) that reached it."""
     report = getattr(compiled, "report", None)
-    if report is not None:
-        report.ddp = ddp or report.ddp
-        report.rewrites = list(rewrites or report.rewrites)
+    if report is not None and ddp:
+        report.ddp = ddp
+    if report is not None and rewrites:
+        report.rewrites = list(rewrites)
     return compiled
 
 

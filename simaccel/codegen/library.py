@@ -171,14 +171,19 @@ class GemmBias(Gemm):
         if m == 0 or n == 0:
             return _nothing
         o, lhs, rhs = self._views(out, a, b, 1, m, k, n, a_off, 0, b_off, 0, a_t, b_t)
-        return functools.partial(torch.addmm, self._tensor(bias[:n]), lhs, rhs, out=o)
+        row = self._tensor(bias[:n])
+        if self._inner_product_wins(o, m, k, n, a_t, b_t):  # the primitive adds the bias
+            return functools.partial(_inner_product, lhs, rhs.t(), o, row)
+        return functools.partial(torch.addmm, row, lhs, rhs, out=o)
 
 
-def _inner_product(lhs: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> None:
-    """``out = lhs @ weight.T`` by oneDNN's inner product (``weight``: (n, k) row-major).
-    The primitive returns a new tensor; copying it into the device buffer costs ~10 us
-    for 512 KiB, less than what the primitive saves on the products it is chosen for."""
-    out.copy_(_ONEDNN_LINEAR(lhs, weight, None, "none", [], ""))
+def _inner_product(lhs: torch.Tensor, weight: torch.Tensor, out: torch.Tensor,
+                   bias: torch.Tensor | None = None) -> None:
+    """``out = lhs @ weight.T (+ bias)`` by oneDNN's inner product (``weight``: (n, k)
+    row-major). The primitive returns a new tensor; copying it into the device buffer
+    costs ~10 us for 512 KiB, less than what the primitive saves on the products it is
+    chosen for."""
+    out.copy_(_ONEDNN_LINEAR(lhs, weight, bias, "none", [], ""))
 
 
 class ResidentWeightLinear:

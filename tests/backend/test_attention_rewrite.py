@@ -211,3 +211,27 @@ def test_llama_eager_attention_with_a_float32_softmax(dtype):
     result = check(LlamaEagerAttention(16 ** -0.5).eval(), q, k, v,
                    causal[None, None], **TOL[dtype])
     _assert_fused(result)
+
+
+def test_a_wide_qkv_projection_adds_its_bias_in_the_inner_product(monkeypatch):
+    """A qkv projection of at least ``ONEDNN_MIN_MACS`` multiply-adds whose k and v the
+    attention kernel reads in place: oneDNN's inner product adds the bias (one call)."""
+    from simaccel.codegen import library
+    biases = []
+    primitive = library._ONEDNN_LINEAR
+    if primitive is None:
+        pytest.skip("this torch has no oneDNN")
+    monkeypatch.setattr(library, "_ONEDNN_LINEAR",
+                        lambda *a: biases.append(a[2] is not None) or primitive(*a))
+    torch.manual_seed(0)
+    qkv = torch.nn.Linear(512, 3 * 512).eval()
+
+    def attention(x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (t.view(1, 64, 8, 64).transpose(1, 2) for t in qkv(x).split(512, -1))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    with torch.no_grad():
+        result = check(attention, torch.randn(1, 64, 512), rtol=1e-4, atol=1e-5)
+    assert [k.path for k in result.reports[0].kernels if k.name.startswith("gemm")] \
+        == ["gemm_bias"]
+    assert biases and all(biases)
