@@ -235,3 +235,25 @@ def test_a_wide_qkv_projection_adds_its_bias_in_the_inner_product(monkeypatch):
     assert [k.path for k in result.reports[0].kernels if k.name.startswith("gemm")] \
         == ["gemm_bias"]
     assert biases and all(biases)
+
+
+def test_gpt2_under_bfloat16_autocast_is_rewritten_and_no_less_accurate():
+    """Mixed precision: under CPU autocast the qkv projection gives bfloat16 q, k and v
+    and the softmax runs in float32 (autocast's policy); the rewrite takes it, and the
+    fused kernel (float32 scores and weights, the output rounded once) is no further from
+    the float32 model than eager's autocast forward is."""
+    model, (tokens,) = gpt2(n_layer=2, batch=2, seq=16)
+    torch._dynamo.reset()
+    simaccel.clear_reports()
+    compiled = torch.compile(model, backend="simaccel")
+    with torch.no_grad():
+        exact = model(tokens)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got, eager = compiled(tokens), model(tokens)
+    assert got.dtype == eager.dtype == torch.bfloat16
+    # logits up to ~100, where a bfloat16 ulp is 0.5: within 2 ulp of eager's
+    torch.testing.assert_close(got.float(), eager.float(), rtol=2e-2, atol=1.0)
+    device_err, eager_err = ((t.float() - exact).abs() for t in (got, eager))
+    assert device_err.mean() <= eager_err.mean() * 1.05, (device_err.mean(), eager_err.mean())
+    assert len(simaccel.reports()[-1].rewrites) == 2
+    assert not simaccel.reports()[-1].host_fallbacks
