@@ -197,12 +197,13 @@ def _step(node: torch.fx.Node) -> tuple[torch.fx.Node, tuple[Any, ...]] | None:
         return args[0], ("same",)
     if node.kwargs or len(args) not in (2, 3):
         return None
+    fill = _fill(args[2]) if len(args) == 3 else None
     if node.op == "call_function" and node.target is torch.where and len(args) == 3:
-        if isinstance(args[1], torch.fx.Node) and _fill(args[2]) is not None:
-            return args[1], ("where", args[0], _fill(args[2]), True, args[2])
+        if isinstance(args[1], torch.fx.Node) and fill is not None:
+            return args[1], ("where", args[0], fill, True, args[2])
     elif _is_call(node, {torch.masked_fill}, "masked_fill") and len(args) == 3:
-        if _fill(args[2]) is not None:
-            return args[0], ("where", args[1], _fill(args[2]), False, args[2])
+        if fill is not None:
+            return args[0], ("where", args[1], fill, False, args[2])
     elif len(args) != 2:
         return None
     elif _is_call(node, _ADDS, "add") and all(isinstance(x, torch.fx.Node) for x in args):
