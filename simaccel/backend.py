@@ -21,6 +21,7 @@ from simaccel.codegen.compile import assemble
 from simaccel.codegen.graph import GraphLowering
 from simaccel.codegen.sizes import is_symbolic
 from simaccel.compiled import CompiledGraph, direct_caller, graph_outputs
+from simaccel.dropout_rng import draw_seed, seed_active_dropouts, seeded
 from simaccel.errors import UnsupportedOpError
 from simaccel.guards import dynamo, first_trace, prepare_frame
 from simaccel.guards.buckets import bucket_guards
@@ -170,6 +171,13 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     rewrites = fuse_softmax_attention(gm)  # after the dropouts: they sit in the pattern
     bounds = bucket_guards(gm, example_inputs, opts.shape_buckets) if opts.shape_buckets \
         else {}
+    if isinstance(gm, torch.fx.GraphModule):
+        gm, seeded_dropouts = seed_active_dropouts(gm)
+    else:  # Dynamo's boxed-inputs wrapper: no graph of its own
+        seeded_dropouts = []
+    if seeded_dropouts:  # the call's seed: a last input Dynamo does not pass (see seeded)
+        example_inputs = [*example_inputs, draw_seed()]
+        rewrites += seeded_dropouts
     frame_facts = frame_input_facts(guard_report.device_plan, len(example_inputs))
     #: the forward graph and its input facts, for the backward graph AOTAutograd compiles next
     forward_seen: list[tuple[torch.fx.GraphModule, list[InputFacts]]] = []
@@ -206,12 +214,14 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
         gm, example_inputs, table,
         functools.partial(compile_forward, version_bumped=frozenset()), autocast)
     if not isinstance(once, str):
-        return _call_path(gm, None, [(once, dynamo.DirectCall())], TRACED_ONCE)
-    forward = aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler,
-                                    bw_compiler=bw_compiler,
-                                    inference_compiler=inference_compiler,
-                                    decompositions=table)
-    return _call_path(gm, forward, inference, f"AOTAutograd ({once})")
+        called = _call_path(gm, None, [(once, dynamo.DirectCall())], TRACED_ONCE)
+    else:
+        forward = aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler,
+                                        bw_compiler=bw_compiler,
+                                        inference_compiler=inference_compiler,
+                                        decompositions=table)
+        called = _call_path(gm, forward, inference, f"AOTAutograd ({once})")
+    return seeded(called) if seeded_dropouts else called
 
 
 def ddp_note() -> str:

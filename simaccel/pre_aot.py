@@ -13,8 +13,9 @@ from typing import Any
 import torch
 import torch.fx
 
-#: dropout callables in Dynamo graphs -> the names of their (input, p, training) parameters
-_DROPOUTS = {torch.nn.functional.dropout: ("input", "p", "training"),
+#: dropout callables in Dynamo graphs -> the names of their (input, p, training[, inplace])
+#: parameters
+_DROPOUTS = {torch.nn.functional.dropout: ("input", "p", "training", "inplace"),
              torch.dropout: ("input", "p", "train")}
 #: F.dropout's defaults (torch.dropout has none)
 _DEFAULTS = {"p": 0.5, "training": True}
@@ -25,24 +26,34 @@ def drop_inactive_dropouts(gm: torch.fx.GraphModule) -> int:
     0) with its input; returns how many it replaced."""
     dropped = 0
     for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node.target in _DROPOUTS:
-            source = _inactive_input(node)
-            if source is not None:
-                node.replace_all_uses_with(source)
-                gm.graph.erase_node(node)
-                dropped += 1
+        source = _inactive_input(node)
+        if source is not None:
+            node.replace_all_uses_with(source)
+            gm.graph.erase_node(node)
+            dropped += 1
     if dropped:
         gm.recompile()
     return dropped
 
 
-def _inactive_input(node: torch.fx.Node) -> Any:
-    """The input of the dropout ``node`` if its ``training`` flag is the constant False
-    or its ``p`` the constant 0, else None (a symbolic flag or rate, or an active one)."""
+def dropout_arguments(node: torch.fx.Node) -> tuple[Any, Any, Any, Any] | None:
+    """(input, p, training, inplace) of a dropout call ``node`` (each a constant or a
+    node), None if ``node`` is no dropout or its input is not given."""
+    if node.op != "call_function" or node.target not in _DROPOUTS:
+        return None
     names = _DROPOUTS[node.target]
     bound = {**_DEFAULTS, **dict(zip(names, node.args)), **node.kwargs}
     if names[0] not in bound:
         return None
-    training, p = bound.get(names[2]), bound.get(names[1])
+    return bound[names[0]], bound.get(names[1]), bound.get(names[2]), bound.get("inplace")
+
+
+def _inactive_input(node: torch.fx.Node) -> Any:
+    """The input of the dropout ``node`` if its ``training`` flag is the constant False
+    or its ``p`` the constant 0, else None (a symbolic flag or rate, or an active one)."""
+    bound = dropout_arguments(node)
+    if bound is None:
+        return None
+    x, p, training, _ = bound
     inactive = training is False or type(p) in (int, float) and p == 0
-    return bound[names[0]] if inactive else None
+    return x if inactive else None

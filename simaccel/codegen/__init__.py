@@ -17,3 +17,4 @@ from simaccel.codegen import lower_special  # noqa: F401,E402
 from simaccel.codegen import lower_conv, lower_pool, lower_products  # noqa: F401,E402
 from simaccel.codegen import lower_library  # noqa: F401,E402  (last: wraps earlier lowerings for complex tensors)
 from simaccel.codegen import lower_attention  # noqa: F401,E402
+from simaccel.codegen import lower_random  # noqa: F401,E402

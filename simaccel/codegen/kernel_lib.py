@@ -13,10 +13,11 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic, overload, register_jitable
 
 from simaccel.codegen.fma_lib import LIB_OPTIONS as _LIB_OPTIONS
 from simaccel.codegen.fma_lib import fma  # noqa: F401 - kernels call it as lib.fma
+from simaccel.codegen import hash_lib as _hash_lib
 from simaccel.codegen.loop_lib import opaque_extent  # noqa: F401 - as lib.opaque_extent
 from simaccel.codegen.parfor_names import install as _install_parfor_names
 from simaccel.codegen.numpy_lib import TRIG_FAST_LIMIT  # |x| where vsin/vcos are accurate
@@ -24,6 +25,9 @@ from simaccel.codegen.numpy_lib import TRIG_FAST_LIMIT  # |x| where vsin/vcos ar
 from simaccel.codegen.kernel_ext import *  # noqa: F401,F403  (16-bit floats, special functions)
 
 _install_parfor_names()  # before any kernel's parallel loop is lowered (parfor_names)
+# dropout's random bits (lib.random_bits), and the round it calls, compiled where called
+register_jitable(_hash_lib.mix32)
+random_bits = register_jitable(_hash_lib.random_bits)
 
 _jit = numba.njit(cache=True, inline="always", error_model="numpy", fastmath=False)
 

@@ -194,6 +194,7 @@ BINARY = {
     aten.bitwise_xor: "bitwise_xor", aten.remainder: "remainder", aten.fmod: "fmod",
     aten.pow: "pow", aten.floor_divide: "floordiv",
     aten.bitwise_left_shift: "lshift", aten.bitwise_right_shift: "rshift",
+    aten.__lshift__: "lshift", aten.__rshift__: "rshift",  # Python's << and >> on tensors
 }
 COMPARE = {aten.eq: "eq", aten.ne: "ne", aten.lt: "lt", aten.le: "le", aten.gt: "gt",
            aten.ge: "ge", aten.logical_and: "logical_and", aten.logical_or: "logical_or",

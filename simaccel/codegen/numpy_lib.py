@@ -29,6 +29,7 @@ import functools
 
 import numpy as np
 
+from simaccel.codegen.hash_lib import random_bits  # noqa: F401 - whole arrays as they are
 from simaccel.errors import KernelIndexError
 
 #: elements up to which a tier-0 kernel calls libm per element (~0.5 us each, so ~65 ms

@@ -129,6 +129,7 @@ RENDERERS: dict[str, Renderer] = {
     "pow": _pow,
     "where": lambda a, t, d: f"({a[1]} if {_truth(a[0], t[0])} else {a[2]})",
     "fma": lambda a, t, d: f"lib.fma({a[0]}, {a[1]}, {a[2]})",
+    "random_bits": lambda a, t, d: f"lib.random_bits({a[0]}, {a[1]}, {a[2]})",
     "cast": _cast,
     "identity": lambda a, t, d: a[0],
     **SPECIAL_RENDERERS,

@@ -42,8 +42,10 @@ trace slot for one trace (OutputGraph), an unliftable source for the process (un
 ``torch._dynamo.reset()``).
 """
 from simaccel.guards.dynamo.aot import (
-    aot_module_simplified, backward_input_origins, core_aten_decomposition_table,
-    decompositions_for, frame_compile_seconds, DirectCall, direct_call, version_bumped_inputs,
+    aot_module_simplified, backend_placeholder, backward_input_origins,
+    core_aten_decomposition_table,
+    decompositions_for, frame_compile_seconds, frame_graph_copy, DirectCall, direct_call,
+    version_bumped_inputs,
 )
 from simaccel.guards.dynamo.frame import (
     VALUE_GUARDS, current_compile_id, eval_frame_expression, frame_slot, frame_value,
@@ -74,7 +76,7 @@ from simaccel.guards.dynamo.version import SUPPORTED_TORCH_VERSION, assert_suppo
 
 __all__ = [
     "SIMACCEL_GUARD", "SIMACCEL_SHAPE_ENV", "SUPPORTED_TORCH_VERSION", "VALUE_GUARDS",
-    "active_ddp_module", "aot_module_simplified", "compile_inference_once", "frame_compile_seconds", "assert_supported_torch", "backward_input_origins",
+    "active_ddp_module", "aot_module_simplified", "backend_placeholder", "compile_inference_once", "frame_compile_seconds", "frame_graph_copy", "assert_supported_torch", "backward_input_origins",
     "changed_sources", "core_aten_decomposition_table",
     "current_compile_id", "fake_mode_of", "fake_value", "ddp_split_index", "decompositions_for", "errors_reach_user", "eval_frame_expression", "frame_slot",
     "first_trace_floats", "frame_value", "graph_end", "graph_inputs", "guard_symint_range", "involved_sources", "has_static_address",

@@ -16,8 +16,9 @@ from torch._functorch import aot_autograd
 
 from simaccel.guards.dynamo.tensorify import symbolic_scalar_arguments
 
-__all__ = ["aot_module_simplified", "core_aten_decomposition_table", "decompositions_for",
-           "DirectCall", "direct_call", "frame_call_reason", "module_held"]
+__all__ = ["aot_module_simplified", "backend_placeholder", "core_aten_decomposition_table",
+           "decompositions_for", "DirectCall", "direct_call", "frame_call_reason",
+           "frame_graph_copy", "module_held"]
 
 
 def aot_module_simplified(gm: torch.fx.GraphModule, example_inputs: list[Any],
@@ -41,6 +42,41 @@ def aot_module_simplified(gm: torch.fx.GraphModule, example_inputs: list[Any],
     kwargs.setdefault("keep_inference_input_mutations", True)
     with symbolic_scalar_arguments():
         return aot_autograd.aot_module_simplified(gm, example_inputs, **kwargs)
+
+
+def frame_graph_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of Dynamo's graph module whose graph the backend may give inputs of its own
+    (:func:`backend_placeholder`): Dynamo shares its graph with the module it hands the
+    backend and reads that graph's placeholders again after the backend returns. The copy
+    keeps what AOTAutograd reads off a Dynamo graph (private): the module's ``meta`` and
+    ``_param_name_to_source``, each placeholder's ``_dynamo_source``; nodes keep their
+    ``meta`` (example values, Dynamo's ``grapharg``: the same objects)."""
+    copied: dict[torch.fx.Node, torch.fx.Node] = {}
+    graph = torch.fx.Graph()
+    graph._codegen = gm.graph._codegen
+    graph.output(graph.graph_copy(gm.graph, copied))
+    for old, new in copied.items():
+        if hasattr(old, "_dynamo_source"):
+            new._dynamo_source = old._dynamo_source
+    module = torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    module.meta.update(gm.meta)
+    if hasattr(gm, "_param_name_to_source"):
+        module._param_name_to_source = gm._param_name_to_source
+    return module
+
+
+def backend_placeholder(graph: torch.fx.Graph, name: str) -> torch.fx.Node:
+    """A placeholder after ``graph``'s last one (a :func:`frame_graph_copy`) for an input
+    the backend passes itself, after the frame's arguments. AOTAutograd maps each
+    placeholder of a Dynamo graph to its source in user code (``Node._dynamo_source``):
+    this one has none, as DDPOptimizer's placeholders for values between its splits."""
+    placeholders = list(graph.find_nodes(op="placeholder"))
+    anchor = graph.inserting_after(placeholders[-1]) if placeholders \
+        else graph.inserting_before(next(iter(graph.nodes)))
+    with anchor:
+        node = graph.placeholder(name)
+    node._dynamo_source = None
+    return node
 
 
 def decompositions_for(ops: Iterable[Any]) -> dict[Any, Callable[..., Any]]:
