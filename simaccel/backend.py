@@ -21,7 +21,7 @@ from simaccel.codegen.compile import assemble
 from simaccel.codegen.graph import GraphLowering
 from simaccel.codegen.sizes import is_symbolic
 from simaccel.compiled import CompiledGraph, direct_caller, graph_outputs
-from simaccel.dropout_rng import draw_seed, seed_active_dropouts, seeded
+from simaccel.dropout_rng import SEED_EXAMPLE, seed_active_dropouts, seeded
 from simaccel.errors import UnsupportedOpError
 from simaccel.guards import dynamo, first_trace, prepare_frame
 from simaccel.guards.buckets import bucket_guards
@@ -171,12 +171,9 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     rewrites = fuse_softmax_attention(gm)  # after the dropouts: they sit in the pattern
     bounds = bucket_guards(gm, example_inputs, opts.shape_buckets) if opts.shape_buckets \
         else {}
-    if isinstance(gm, torch.fx.GraphModule):
-        gm, seeded_dropouts = seed_active_dropouts(gm)
-    else:  # Dynamo's boxed-inputs wrapper: no graph of its own
-        seeded_dropouts = []
+    gm, seeded_dropouts = seed_active_dropouts(gm)
     if seeded_dropouts:  # the call's seed: a last input Dynamo does not pass (see seeded)
-        example_inputs = [*example_inputs, draw_seed()]
+        example_inputs = [*example_inputs, SEED_EXAMPLE]
         rewrites += seeded_dropouts
     frame_facts = frame_input_facts(guard_report.device_plan, len(example_inputs))
     #: the forward graph and its input facts, for the backward graph AOTAutograd compiles next

@@ -44,6 +44,8 @@ from simaccel.pre_aot import dropout_arguments
 
 #: the name of the seed input the rewrite adds to Dynamo's graph
 SEED_INPUT = "simaccel_dropout_seed"
+#: the seed input's example while compiling (its value is never read then)
+SEED_EXAMPLE = torch.zeros((), dtype=torch.int64)
 
 
 @torch.library.custom_op("simaccel::random_bits", mutates_args=())
@@ -70,8 +72,9 @@ def hash_dropout(x: torch.Tensor, seed: torch.Tensor, p: Any, stream: int) -> to
     """``x`` with each element zeroed with probability ``p`` and the rest scaled by
     ``1 / (1 - p)``; the mask is a hash of ``seed`` (a 0-d int64 in ``[0, 2**63)``),
     ``stream`` (which dropout of the graph) and the element's row-major index. ``p``: a
-    number, or a lifted rate as its 0-d float64 tensor (in ``[0, 1]`` by Dynamo's guards
-    from ``F.dropout``'s own check), so new rates need no recompile. AOTAutograd traces it
+    number, or a lifted rate as its 0-d float64 tensor, read at run time (in ``[0, 1]`` by
+    Dynamo's guards from ``F.dropout``'s own check; Dynamo's trace also pins its value, see
+    the module doc). AOTAutograd traces it
     to :func:`random_bits` and pointwise ops, which the fuser puts in one kernel with the
     dropout's neighbours."""
     if isinstance(p, torch.Tensor):
@@ -146,7 +149,7 @@ def _active_dropout(node: torch.fx.Node) -> tuple[torch.fx.Node, Any] | None:
 def _seed_placeholder(graph: torch.fx.Graph, fake_mode: Any) -> torch.fx.Node:
     """The 0-d int64 seed placeholder after the graph's last one, with its example."""
     seed = dynamo.backend_placeholder(graph, SEED_INPUT)
-    seed.meta["example_value"] = fake_mode.from_tensor(draw_seed())
+    seed.meta["example_value"] = fake_mode.from_tensor(SEED_EXAMPLE)
     return seed
 
 

@@ -5,8 +5,8 @@
 int, a numpy array (tier-0 kernels) and a torch tensor (the op's eager form), and is
 compiled into the kernels that call it (:mod:`.kernel_lib` registers it with numba;
 this module imports no numba, as a warm process runs cached kernels without it): every
-tier gives the same bits. Values stay below 2**63 at every step (a 32-bit value times a constant below
-2**31), so int64 arithmetic never overflows anywhere.
+tier gives the same bits. Values stay below 2**63 at every step (a 32-bit value times a
+constant below 2**31), so int64 arithmetic never overflows anywhere.
 """
 from __future__ import annotations
 
