@@ -28,6 +28,7 @@ from simaccel.codegen import compile_pool, tiered
 from simaccel.codegen.cache import DEFAULT_CACHE, KernelCache
 from simaccel.codegen.dtypes import STORAGE_DTYPES, byte_view, storage_dtype
 from simaccel.codegen.emit import emit_extern, emit_pointwise, emit_reduction
+from simaccel.codegen.emit_columns import column_order, emit_column_reduction
 from simaccel.codegen.emit_rows import emit_row
 from simaccel.codegen.emit_numpy import Unsupported, emit_numpy
 from simaccel.codegen.graph import LoweredGraph
@@ -93,7 +94,8 @@ def _emit(kernel: Any) -> tuple[str, list[str], list[Any]]:
         source, args = emit_pointwise(kernel)
         return _positional_names(source, args), args, []
     if isinstance(kernel, ReductionKernel):
-        source, args = emit_reduction(kernel)
+        emit = emit_column_reduction if column_order(kernel) else emit_reduction
+        source, args = emit(kernel)
         return _positional_names(source, args), args, []
     if isinstance(kernel, RowKernel):
         source, args = emit_row(kernel)

@@ -356,7 +356,9 @@ def _short_extremum(k: ReductionKernel) -> bool:
             and all(part.reduce_op in ("max", "min") for part in k.parts))
 
 
-def _combine(op: str, v: str, ctor: str, acc: str) -> list[str]:
+def combine_source(op: str, v: str, ctor: str, acc: str) -> list[str]:
+    """Statements folding the value ``v`` (converted by ``ctor``) into the accumulator
+    ``acc`` (a name, or an element of an accumulator array) for reduction ``op``."""
     if op == "sum":
         return [f"{acc} = lib.reassoc_add({acc}, {ctor}({v}))"]
     if op == "prod":
@@ -465,7 +467,7 @@ def reduction_body(k: ReductionKernel, indent: str, fast_trig: bool,
         lines.append(f"{indent}{acc} = {reduce_init(part.reduce_op, part.acc_dtype)}")
         v = body.value(part.body)
         combine += [inner + line for line in
-                    _combine(part.reduce_op, v, dtype_ctor(part.acc_dtype), acc)]
+                    combine_source(part.reduce_op, v, dtype_ctor(part.acc_dtype), acc)]
     for side in side_stores:
         v = body.value(side.value)
         combine.append(f"{inner}{side.buffer}[{index_source(side.offset)}] = "

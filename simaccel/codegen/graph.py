@@ -109,6 +109,8 @@ class GraphLowering:
         self.placeholder_index: dict[torch.fx.Node, int] = {}
         self.writebacks: dict[int, Realized] = {}
         self.size_asserts: list[tuple[str, str]] = []
+        #: id of a lazy value -> (it, its shared realization): :meth:`realize_shared`
+        self._shared: dict[int, tuple[Lazy, Realized]] = {}
 
     # ------------------------------------------------------------------ buffers
 
@@ -156,6 +158,18 @@ class GraphLowering:
         out = self.new_tensor(value.shape, value.dtype)
         self.realize_into(value, out)
         return out
+
+    def realize_shared(self, value: TensorValue) -> Realized:
+        """``value`` in a contiguous buffer, computed once per lazy value however many
+        consumers ask (GEMMs reading a gradient as it is and transposed). The buffer is
+        read only: a consumer writing into its operand takes
+        :meth:`realize_contiguous_copy`."""
+        if not isinstance(value, Lazy):
+            return self.realize_contiguous(value)
+        held = self._shared.get(id(value))
+        if held is None:  # the lazy value is held too: its id stays its own
+            held = self._shared[id(value)] = (value, self.realize_contiguous(value))
+        return held[1]
 
     def realize_contiguous(self, value: TensorValue) -> Realized:
         if isinstance(value, Realized) and value.is_contiguous():

@@ -15,15 +15,22 @@ from simaccel.codegen.ir import LibraryKernel
 from simaccel.codegen.lowering import elementwise
 from simaccel.codegen.operands import as_compute, as_dtype, is_half
 from simaccel.codegen.registry import register
-from simaccel.codegen.values import Lazy, Realized, TensorValue, cast
+from simaccel.codegen.values import Lazy, Realized, TensorValue, cast, permute
 
 aten = torch.ops.aten
 
 
 def _matrix_operand(ctx: GraphLowering, x: TensorValue, dtype: str) -> tuple[Realized, bool, int]:
-    """(buffer, transposed, batch stride) for the last two dims of ``x`` as a matrix."""
+    """(buffer, transposed, batch stride) for the last two dims of ``x`` as a matrix.
+    A lazy value is realized once for every GEMM reading it (:meth:`realize_shared`),
+    and a permuted one is read as its realized base at permuted strides: a weight's
+    gradient ``g.T @ h`` reads the ``g`` that ``g @ w`` reads, column-major, instead of
+    computing ``g`` again into a transposed copy (a strided write: ~95 us for 64x512)."""
     if x.dtype != dtype:
         x = Lazy(x.shape, dtype, lambda i, x=x: cast(x.load(i), dtype), 1)
+    if isinstance(x, Lazy) and x.permuted is not None:
+        base, dims = x.permuted
+        x = permute(ctx.realize_shared(base), dims)
     if isinstance(x, Realized):
         rows, cols = x.shape[-2], x.shape[-1]
         s_r, s_c = x.layout.strides[-2], x.layout.strides[-1]
@@ -33,7 +40,7 @@ def _matrix_operand(ctx: GraphLowering, x: TensorValue, dtype: str) -> tuple[Rea
             return x, False, (0 if x.ndim == 3 and x.shape[0] == 1 else batch)
         if batch_ok and (s_r == 1 or rows == 1) and (s_c == rows or cols == 1):
             return x, True, (0 if x.ndim == 3 and x.shape[0] == 1 else batch)
-    x = ctx.realize_contiguous(x)
+    x = ctx.realize_shared(x) if isinstance(x, Lazy) else ctx.realize_contiguous(x)
     return x, False, (x.shape[-2] * x.shape[-1] if x.ndim == 3 else 0)
 
 

@@ -55,6 +55,10 @@ class Lazy(TensorValue):
     fn: IndexFn
     ops: int = 1  # how many scalar ops computing one element costs (inlining heuristic)
     memo: dict = field(default_factory=dict, repr=False, compare=False)
+    #: ``(base, dims)`` when this is ``permute(base, dims)`` of a lazy ``base``: a
+    #: consumer reading a stored tensor at any strides (a GEMM operand) realizes ``base``
+    #: once and reads it permuted, instead of computing this view in its own layout
+    permuted: tuple | None = field(default=None, repr=False, compare=False)
 
     def load(self, index: list[str]) -> Expr:
         # Memoised so that a value used twice in one kernel is one DAG node (emitted once).
@@ -95,7 +99,7 @@ def permute(value: TensorValue, dims: list[int]) -> TensorValue:
         for new_pos, old_pos in enumerate(dims):
             old[old_pos] = index[new_pos]
         return value.load(old)
-    return Lazy(shape, value.dtype, fn, getattr(value, "ops", 1))
+    return Lazy(shape, value.dtype, fn, getattr(value, "ops", 1), permuted=(value, dims))
 
 
 def expand(value: TensorValue, shape: list[int]) -> TensorValue:
