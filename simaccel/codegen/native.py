@@ -388,34 +388,53 @@ def _kernel_error(status: int) -> SimAccelError:
 
 def command_list(calls: list[tuple[int, tuple]]) -> Callable[[], None]:
     """One native function that calls each kernel entry of ``calls`` ((address, C
-    arguments) from :meth:`NativeKernel.native_bind`) in order with those constant
-    arguments, and stops at the first that raises: a recorded command list, launched by
-    one foreign call instead of one per kernel (~3 us each). Built with llvmlite's MCJIT
-    (a few ms), so the runtime records one for a launch group it runs again and again."""
+    arguments) from :meth:`NativeKernel.native_bind`) in order and stops at the first
+    that raises: a recorded command list, launched by one foreign call instead of one per
+    kernel (~3 us each). Built with llvmlite's MCJIT (a few ms), so the runtime records
+    one for a launch group it runs again and again.
+
+    The arguments are read from the launch's argument table (``launch.table``, int64:
+    every call's C arguments in order, a pointer as its address), as a CUDA graph's
+    kernel nodes keep parameters that can be updated: an argument that moves between
+    launches (a host-mapped gradient, at a new address every step) is one table store,
+    and the list stays recorded."""
     import llvmlite.binding as llvm
 
+    table = np.array([a.value or 0 for _, c_args in calls for a in c_args], dtype=np.int64)
     ir = _command_list_ir(calls)
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(ir), _new_target_machine())
     engine.finalize_object()
     address = engine.get_function_address("sk_commands")
-    fn = ctypes.CFUNCTYPE(ctypes.c_int32)(address)
+    fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)(address)
+    at = ctypes.c_void_p(table.ctypes.data)
 
     def launch() -> None:
-        status = fn()
+        status = fn(at)
         if status == _STATUS_EXCEPTION or status > 0:
             raise _kernel_error(status)
     launch.engine = engine  # type: ignore[attr-defined]  # owns the code
+    launch.table = table  # type: ignore[attr-defined]  # read at every launch
     return launch
 
 
 def _command_list_ir(calls: list[tuple[int, tuple]]) -> str:
-    """LLVM IR of :func:`command_list`: per call, the entry (i32 status) on constant
-    pointer / i64 arguments; numba's exception statuses (-1, >= 1) return at once."""
-    lines = ["define i32 @sk_commands() {", "entry:"]
+    """LLVM IR of :func:`command_list`: per call, the entry (i32 status) on pointer / i64
+    arguments loaded from the table; numba's exception statuses (-1, >= 1) return at
+    once."""
+    lines = ["define i32 @sk_commands(ptr %table) {", "entry:"]
+    slot = 0
     for k, (address, c_args) in enumerate(calls):
-        args = ", ".join(f"ptr inttoptr (i64 {a.value or 0} to ptr)"
-                         if isinstance(a, ctypes.c_void_p) else f"i64 {int(a.value)}"
-                         for a in c_args)
+        args = []
+        for a in c_args:
+            lines += [f"  %s{slot} = getelementptr i64, ptr %table, i64 {slot}",
+                      f"  %v{slot} = load i64, ptr %s{slot}"]
+            if isinstance(a, ctypes.c_void_p):
+                lines.append(f"  %p{slot} = inttoptr i64 %v{slot} to ptr")
+                args.append(f"ptr %p{slot}")
+            else:
+                args.append(f"i64 %v{slot}")
+            slot += 1
+        args = ", ".join(args)
         lines += [f"  %f{k} = inttoptr i64 {address} to ptr",
                   f"  %r{k} = call i32 %f{k}({args})",
                   f"  %neg{k} = icmp eq i32 %r{k}, {_STATUS_EXCEPTION}",

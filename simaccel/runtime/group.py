@@ -49,14 +49,20 @@ class LaunchGroup:
                      for part, own, own_addresses in slices]
             return _RecordedLaunch(tuple(launch for launch, _ in bound),
                                    self.parts[0].fn.command_list,
-                                   [entry for _, entry in bound])
-        calls = tuple(bind_launch(part.fn, own, own_addresses)
-                      for part, own, own_addresses in slices)
+                                   [entry for _, entry in bound], self._buffer_slots(bound))
+        return _PartLaunches(slices)
 
-        def launch() -> None:
-            for call in calls:
-                call()
-        return launch
+    def _buffer_slots(self, bound: list[tuple[Any, tuple[int, tuple]]]
+                      ) -> list[tuple[Any, int]]:
+        """Per buffer argument of the group (in argument order), its C pointer in its
+        part's bound arguments and its slot in the command list's argument table (a
+        native part's C arguments: a pointer and a length per buffer, then the rest)."""
+        slots = []
+        offset = 0
+        for part, (_, (_, c_args)) in zip(self.parts, bound):
+            slots += [(c_args[2 * j], offset + 2 * j) for j in range(part.buffers)]
+            offset += len(c_args)
+        return slots
 
     def _slices(self, args: Sequence[Any], addresses: Sequence[int | None] | None
                 ) -> list[tuple[GroupPart, list[Any], list[int | None] | None]]:
@@ -80,15 +86,34 @@ class _RecordedLaunch:
     """A group's launch that becomes one native command list once it has run
     :data:`RECORD_AFTER` times on the same arguments (building one costs a few ms, so a
     launch bound for one call, such as a new size tuple's, never pays it). ``calls``: the
-    parts' own launches until then; ``build`` and ``entries``: the command list's."""
+    parts' own launches until then; ``build`` and ``entries``: the command list's;
+    ``slots``: per buffer argument, its C pointer and command-list table slot
+    (:meth:`patch`)."""
 
-    __slots__ = ("calls", "build", "entries", "runs", "recorded")
+    __slots__ = ("calls", "build", "entries", "runs", "recorded", "slots", "kept")
 
     def __init__(self, calls: tuple[Callable[[], Any], ...], build: Callable[..., Any],
-                 entries: list):
-        self.calls, self.build, self.entries = calls, build, entries
+                 entries: list, slots: list[tuple[Any, int]]):
+        self.calls, self.build, self.entries, self.slots = calls, build, entries, slots
         self.runs = 0
         self.recorded: Callable[[], None] | None = None
+        #: buffer position -> the array a patch pointed it at (kept alive)
+        self.kept: dict[int, Any] = {}
+
+    def patch(self, position: int, array: Any, address: int) -> None:
+        """Point buffer argument ``position`` at ``array``, whose data address (bytes) is
+        ``address``, of the dtype and size the launch was bound with (a host-mapped
+        input or output at a new address: checked by the caller). The parts' launches
+        and the recorded command list read it from then on, as a CUDA graph's updated
+        kernel parameters: no part is bound again (a 12-kernel optimizer step took
+        ~120 us to bind anew every step, its gradients being new tensors)."""
+        pointer, slot = self.slots[position]
+        if pointer.value == address:
+            return
+        pointer.value = address
+        if self.recorded is not None:
+            self.recorded.table[slot] = address  # type: ignore[attr-defined]
+        self.kept[position] = array
 
     def __call__(self) -> None:
         recorded = self.recorded
@@ -100,6 +125,53 @@ class _RecordedLaunch:
         self.runs += 1
         if self.runs >= RECORD_AFTER:
             self.recorded = self.build(self.entries)
+
+
+class _PartLaunches:
+    """A group's launch where some part is no native object (a prange kernel runs in
+    numba's dispatcher), so no command list: each part launches on its own. ``slices``:
+    (part, its arguments, their addresses) per part. :meth:`patch` as for
+    :class:`_RecordedLaunch`."""
+
+    __slots__ = ("calls", "where", "own", "kept", "at")
+
+    def __init__(self, slices: list[tuple[GroupPart, list[Any], list[int | None] | None]]):
+        self.calls: list[Callable[[], Any]] = []
+        #: per buffer argument of the group: (its part, its position there, its C pointer
+        #: where the part is native)
+        self.where: list[tuple[int, int, Any]] = []
+        self.own = [(part.fn, own) for part, own, _ in slices]
+        self.kept: dict[int, Any] = {}
+        #: buffer position -> the data address (bytes) a patch pointed it at
+        self.at: dict[int, int] = {}
+        for k, (part, own, addresses) in enumerate(slices):
+            if hasattr(part.fn, "native_bind"):
+                launch, (_, c_args) = part.fn.native_bind(*own, addresses=addresses)
+                self.where += [(k, j, c_args[2 * j]) for j in range(part.buffers)]
+            else:
+                launch = bind_launch(part.fn, own, addresses)
+                self.where += [(k, j, None) for j in range(part.buffers)]
+            self.calls.append(launch)
+
+    def __call__(self) -> None:
+        for call in self.calls:
+            call()
+
+    def patch(self, position: int, array: Any, address: int) -> None:
+        """Point buffer argument ``position`` at ``array`` (data address ``address``): a
+        native part's C pointer changes in place; another part launches on its new
+        arguments (a partial of the dispatcher: nothing to convert)."""
+        if self.at.get(position) == address:
+            return
+        self.at[position] = address
+        k, j, pointer = self.where[position]
+        self.kept[position] = array
+        if pointer is not None:
+            pointer.value = address
+            return
+        fn, own = self.own[k]
+        own[j] = array
+        self.calls[k] = bind_launch(fn, own)
 
 
 #: launches of a bound group before it is recorded as a native command list

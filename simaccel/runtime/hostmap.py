@@ -23,7 +23,7 @@ from simaccel.runtime.spec import InputPlan, OutputDecl, Placement, Step
 
 def place_mapped_inputs(inputs: Sequence[InputPlan], steps: Sequence[Any],
                         output_buffers: Iterable[str], nbytes: Mapping[str, int],
-                        min_bytes: int) -> tuple[InputPlan, ...]:
+                        min_bytes: int, trained: Iterable[str] = ()) -> tuple[InputPlan, ...]:
     """``inputs`` with every copied input a kernel can read in place turned into a mapped
     one (the decision, taken once at compile time).
 
@@ -39,18 +39,28 @@ def place_mapped_inputs(inputs: Sequence[InputPlan], steps: Sequence[Any],
     read by a kernel that updates a mapped input (``inputs`` placed
     :attr:`~Placement.MAPPED_UPDATE`, :func:`place_mapped_updates` first): that kernel
     runs across the bus anyway, so a small input it reads there too saves its copy (an
-    optimizer step's gradient beside the parameter and state it updates)."""
+    optimizer step's gradient beside the parameter and state it updates).
+
+    ``trained``: resident inputs that change between nearly all calls (a training graph's
+    parameters): their device copy would be uploaded again each call, so one read as
+    above is mapped at any size and alignment (a kept view: the launch stays bound to
+    it; a misaligned one is read through a staging buffer, checked per call)."""
     if min_bytes <= 0:
         return tuple(inputs)
+    trained = set(trained)
     readers, untouchable = _kernel_readers(steps)
     untouchable |= set(output_buffers)
     over_bus = _reads_of_bus_kernels(steps, {p.buffer for p in inputs
                                              if p.placement is Placement.MAPPED_UPDATE})
 
-    def qualifies(plan: InputPlan) -> bool:
+    def worth_it(plan: InputPlan) -> bool:
+        if plan.placement is Placement.RESIDENT:
+            return plan.buffer in trained
         return (plan.placement is Placement.COPIED and plan.aligned is True
-                and plan.contiguous
-                and (nbytes[plan.buffer] >= min_bytes or plan.buffer in over_bus)
+                and (nbytes[plan.buffer] >= min_bytes or plan.buffer in over_bus))
+
+    def qualifies(plan: InputPlan) -> bool:
+        return (worth_it(plan) and plan.contiguous
                 and (readers.get(plan.buffer) == 1 or _read_apart(plan.buffer, steps))
                 and plan.buffer not in untouchable)
 
@@ -217,11 +227,14 @@ class HostBoundStep:
     """A kernel that accesses host memory, so its launch is bound to each call's host
     arrays: step ``index``; ``inputs``: positions in the program's streamed inputs of the
     mapped inputs it reads or updates; ``outputs``: (output position, buffer) of the
-    mapped outputs it writes."""
+    mapped outputs it writes; ``arguments``: buffer -> its positions among the step's
+    arguments (what :func:`bind_mapped` patches in a launch bound before)."""
 
     index: int
     inputs: tuple[int, ...]
     outputs: tuple[tuple[int, str], ...] = ()
+    arguments: Mapping[str, tuple[int, ...]] = dataclasses.field(
+        default_factory=dict, compare=False, hash=False)
 
 
 @dataclass(frozen=True)
@@ -253,7 +266,10 @@ def mapped_steps(steps: Sequence[Step], streamed: Sequence[InputPlan],
         reads = tuple(sorted({position[b] for b in step.reads if b in position}))
         writes = tuple(sorted((written[b], b) for b in step.writes if b in written))
         if reads or writes:
-            found.append(HostBoundStep(k, reads, writes))
+            arguments: dict[str, tuple[int, ...]] = {}
+            for j, name in enumerate(getattr(step, "buffers", ())):
+                arguments[name] = (*arguments.get(name, ()), j)
+            found.append(HostBoundStep(k, reads, writes, arguments))
     return MappedLaunches(tuple(found), tuple(sorted({p for s in found for p in s.inputs})),
                           tuple(s for s in found if s.outputs))
 
@@ -307,6 +323,10 @@ def bind_mapped(bound: Any, srcs: Sequence[np.ndarray], host_outputs: Sequence[A
     for step in launches.steps if addresses != last else launches.writing:
         if not step.outputs and all(addresses[p] == last.get(p) for p in step.inputs):
             continue
+        patch = getattr(bound.launches[step.index], "patch", None)
+        if patch is not None:  # bound on this workspace before: only some arrays moved
+            _patch(step, patch, srcs, addresses, last, streamed, bound, host_outputs)
+            continue
         hosts = {streamed[p].buffer: srcs[p].reshape(-1) for p in step.inputs}
         for pos, buffer in step.outputs:
             host = output_array(bound, host_outputs[pos], buffer)
@@ -342,6 +362,28 @@ def _mapped_addresses(bound: Any, srcs: Sequence[np.ndarray], data_ptrs: Sequenc
             checked[p] = host
         addresses[p] = data_ptr(plan.index, host, data_ptrs)
     return addresses
+
+
+def _patch(step: HostBoundStep, patch: Callable[[int, np.ndarray, int], None],
+           srcs: Sequence[np.ndarray], addresses: dict[int, int], last: dict[int, int],
+           streamed: Sequence[InputPlan], bound: Any, host_outputs: Sequence[Any]) -> None:
+    """Point a launch bound before (``patch``: :meth:`simaccel.runtime.group.
+    _RecordedLaunch.patch`) at this call's arrays where they moved: the mapped inputs at a
+    new address and the mapped outputs (new arrays every call). An optimizer step whose
+    gradients are new tensors every step patches one pointer per gradient instead of
+    binding its kernels anew."""
+    for p in step.inputs:
+        if addresses[p] != last.get(p):
+            buffer = streamed[p].buffer
+            for position in step.arguments[buffer]:
+                patch(position, srcs[p].reshape(-1), addresses[p])
+    for pos, buffer in step.outputs:
+        host = output_array(bound, host_outputs[pos], buffer)
+        check_mapped("output", pos, buffer, host, bound.mapped_dtypes[buffer],
+                     bound.layout.numel[buffer], written=True)
+        flat = host.reshape(-1)
+        for position in step.arguments[buffer]:
+            patch(position, flat, flat.ctypes.data)
 
 
 def bound_to(bound: Any, mapped: Sequence[Any]) -> bool:

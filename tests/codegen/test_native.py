@@ -242,6 +242,25 @@ def test_warm_process_runs_without_importing_numba(tmp_path):
     assert second["kernel_launches"] > 0 and not second["numba"]
 
 
+def _two_part_group(first, second) -> tuple:
+    """A group launching ``first(mid, a, 9)`` then ``second(out, mid, 9)``, bound: (the
+    launch, a, out)."""
+    from simaccel.runtime import group as launch_group
+    a = np.linspace(-2, 2, 9, dtype=np.float32)
+    mid, out = np.zeros_like(a), np.zeros_like(a)
+    group = launch_group.LaunchGroup([launch_group.GroupPart(first, 2, 1, 0),
+                                      launch_group.GroupPart(second, 2, 1, 0)])
+    return group.bind(mid, a, out, mid, 9, 9), a, out
+
+
+def _chained(first, second, a: np.ndarray) -> np.ndarray:
+    """``second(first(a))`` by plain calls (the reference)."""
+    mid, out = np.zeros_like(a), np.zeros_like(a)
+    first(mid, a, 9)
+    second(out, mid, 9)
+    return out
+
+
 def test_a_launch_group_of_native_kernels_becomes_one_command_list(tmp_path):
     """After :data:`RECORD_AFTER` launches a group of native kernels runs as one native
     call with the same results, its parts in order (the second reads the first's)."""
@@ -249,28 +268,46 @@ def test_a_launch_group_of_native_kernels_becomes_one_command_list(tmp_path):
     KernelCache(tmp_path).load(SOURCE, SIG)
     fn = KernelCache(tmp_path).load(SOURCE, SIG).fn
     assert isinstance(fn, native.NativeKernel)
-    a = np.linspace(-2, 2, 9, dtype=np.float32)
-    mid, out = np.zeros_like(a), np.zeros_like(a)
-    group = launch_group.LaunchGroup([launch_group.GroupPart(fn, 2, 1, 0),
-                                      launch_group.GroupPart(fn, 2, 1, 0)])
-    launch = group.bind(mid, a, out, mid, 9, 9)
+    launch, a, out = _two_part_group(fn, fn)
     for _ in range(launch_group.RECORD_AFTER + 2):
         out[:] = 0
         launch()
     assert launch.recorded is not None  # the last launches ran the command list
-    ref_mid, ref_out = np.zeros_like(a), np.zeros_like(a)
-    fn(ref_mid, a, 9)
-    fn(ref_out, ref_mid, 9)
-    np.testing.assert_array_equal(out, ref_out)  # the same machine code, in order
+    np.testing.assert_array_equal(out, _chained(fn, fn, a))  # the same code, in order
 
 
-def test_command_list_ir_calls_each_entry_with_its_constant_arguments():
+def test_command_list_ir_calls_each_entry_with_arguments_from_its_table():
     import ctypes
     ir = native._command_list_ir([(4096, (ctypes.c_void_p(64), ctypes.c_int64(7))),
                                   (8192, (ctypes.c_void_p(None), ctypes.c_int64(3)))])
-    assert "call i32 %f0(ptr inttoptr (i64 64 to ptr), i64 7)" in ir
-    assert "call i32 %f1(ptr inttoptr (i64 0 to ptr), i64 3)" in ir
+    assert ir.startswith("define i32 @sk_commands(ptr %table)")
+    assert "%s3 = getelementptr i64, ptr %table, i64 3" in ir
+    assert "call i32 %f0(ptr %p0, i64 %v1)" in ir
+    assert "call i32 %f1(ptr %p2, i64 %v3)" in ir
     assert ir.count("ret i32 %r") == 2 and ir.rstrip().endswith("}")
+
+
+@pytest.mark.parametrize("record", [False, True])
+def test_a_bound_group_patched_to_new_arrays_computes_into_them(tmp_path, record):
+    """A host-mapped argument at a new address (a gradient, a new tensor every step) is
+    patched into a bound group, before and after it became a command list: the launch
+    reads and writes the new arrays, the old ones are left alone."""
+    from simaccel.runtime import group as launch_group
+    fn = KernelCache(tmp_path).load(SOURCE, SIG).fn
+    first = KernelCache(tmp_path).load(SOURCE.replace("2.0", "3.0"), SIG).fn
+    assert isinstance(fn, native.NativeKernel)
+    launch, a, out = _two_part_group(first, fn)
+    for _ in range(launch_group.RECORD_AFTER + 1 if record else 1):
+        launch()
+    assert (launch.recorded is not None) is record
+    new_a = np.linspace(0, 1, 9, dtype=np.float32)
+    new_out = np.zeros_like(a)
+    before = out.copy()
+    launch.patch(1, new_a, new_a.ctypes.data)  # the first part's input
+    launch.patch(2, new_out, new_out.ctypes.data)  # the second part's output
+    launch()
+    np.testing.assert_array_equal(new_out, _chained(first, fn, new_a))
+    np.testing.assert_array_equal(out, before)
 
 
 NUMBA_ONLY_PROGRAM = textwrap.dedent("""\
@@ -306,3 +343,21 @@ def test_a_warm_process_loads_a_numba_only_kernel_after_its_first_call(tmp_path)
     assert warm["origin"] == "tier0" and warm["first_path"] == "(loaded after the first call)"
     assert warm["kernels_compiled"] == 0 and warm["kernel_cache_hits"] == 1
     assert warm["tier0_launches"] >= 1 and warm["kernel_launches"] >= 2
+
+
+def test_a_group_with_a_dispatcher_part_is_patched_too(tmp_path):
+    """A group with a part that is no native object (a prange kernel stays with numba's
+    dispatcher) launches part by part: a patch moves a native part's pointer in place
+    and gives the other part its new array."""
+    fn = KernelCache(tmp_path).load(SOURCE, SIG).fn
+
+    def double(out, a, n):  # stands for a dispatcher: no native_bind
+        out[:n] = a[:n] * 2
+    launch, a, out = _two_part_group(fn, double)
+    launch()
+    np.testing.assert_array_equal(out, _chained(fn, double, a))
+    new_a, new_out = np.linspace(0, 1, 9, dtype=np.float32), np.zeros_like(a)
+    launch.patch(1, new_a, new_a.ctypes.data)
+    launch.patch(2, new_out, new_out.ctypes.data)
+    launch()
+    np.testing.assert_array_equal(new_out, _chained(fn, double, new_a))
