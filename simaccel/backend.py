@@ -29,7 +29,8 @@ from simaccel.guards.dynamo import (aot_module_simplified, core_aten_decompositi
                                     decompositions_for, errors_reach_user,
                                     direct_call, unset_fake_temporarily)
 from simaccel.input_plan import (InputFacts, backward_input_facts, bank_dtypes,
-                                 forward_input_facts, frame_input_facts, plan_inputs)
+                                 forward_input_facts, frame_input_facts, plan_inputs,
+                                 training_facts)
 from simaccel.layer_norm import defers_layer_norm, expand_layer_norms
 from simaccel.options import Options, parse_options
 from simaccel.pre_aot import drop_inactive_dropouts
@@ -182,14 +183,17 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     ddp = ddp_note()
 
     def compile_forward(graph: torch.fx.GraphModule, inputs: list[Any],
-                        version_bumped: frozenset[int] | None) -> CompiledGraph:
+                        version_bumped: frozenset[int] | None,
+                        training: bool = False) -> CompiledGraph:
         facts = forward_input_facts(frame_facts, gm, graph)
+        if training:
+            facts = training_facts(facts)
         forward_seen.append((graph, facts))
         return _noted(compile_graph(graph, inputs, opts, "forward", facts, guard_report,
                                     bounds, version_bumped), ddp, rewrites)
 
     def fw_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
-        return compile_forward(graph, inputs, dynamo.version_bumped_inputs(graph))
+        return compile_forward(graph, inputs, dynamo.version_bumped_inputs(graph), True)
 
     def bw_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
         forward, fw_facts = forward_seen[-1]
@@ -201,7 +205,7 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     autocast = any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
 
     def inference_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
-        compiled = fw_compiler(graph, inputs)
+        compiled = compile_forward(graph, inputs, dynamo.version_bumped_inputs(graph))
         inference.append((compiled, direct_call(gm, graph, len(example_inputs), autocast)))
         return compiled
 

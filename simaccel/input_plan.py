@@ -18,6 +18,7 @@ host-mapped) for the lowered graph. Adding a device-side input feature means: a 
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,11 +41,15 @@ HOST_ALLOCATION_ALIGNMENT = 64
 @dataclass(frozen=True)
 class InputFacts:
     """What compile time knows of one graph input. ``aligned``: pinned by a guard (None:
-    not pinned, checked per call); ``int_bits``: constant-bank slot width of an int."""
+    not pinned, checked per call); ``int_bits``: constant-bank slot width of an int;
+    ``requires_grad``: of a resident input (pinned by Dynamo's tensor guard); ``trained``:
+    a resident parameter of a training graph (:func:`training_facts`)."""
 
     resident: bool = False
     aligned: bool | None = None
     int_bits: int = 64
+    requires_grad: bool = False
+    trained: bool = False
 
 
 def frame_input_facts(device_facts: Any, count: int) -> list[InputFacts]:
@@ -56,8 +61,21 @@ def frame_input_facts(device_facts: Any, count: int) -> list[InputFacts]:
     for index, fact in device_facts.inputs.items():
         facts[index] = InputFacts(resident=bool(fact.get("resident", False)),
                                   aligned=fact.get("aligned"),
-                                  int_bits=int(fact.get("int_bits", 64)))
+                                  int_bits=int(fact.get("int_bits", 64)),
+                                  requires_grad=bool(fact.get("requires_grad", False)))
     return facts
+
+
+def training_facts(facts: Sequence[InputFacts]) -> list[InputFacts]:
+    """``facts`` of a training graph's forward (AOTAutograd compiles a backward for it):
+    its resident inputs that require grad are parameters an optimizer updates between
+    calls, so a device copy of one would be uploaded again at nearly every call (a
+    training step: the forward's and the backward's copy of every weight). They are
+    marked ``trained``: one kernel reading it reads it in host memory
+    (:func:`~simaccel.runtime.hostmap.place_mapped_inputs`), which crosses the bus once
+    per call, as the upload did, without the copy."""
+    return [dataclasses.replace(f, trained=True) if f.resident and f.requires_grad else f
+            for f in facts]
 
 
 def forward_input_facts(frame: list[InputFacts], frame_gm: torch.fx.GraphModule,
@@ -65,11 +83,13 @@ def forward_input_facts(frame: list[InputFacts], frame_gm: torch.fx.GraphModule,
     """The frame's facts for an AOTAutograd forward graph: the frame module's own
     parameters and buffers (lifted first by AOTAutograd) are resident. Inputs that do not
     line up with the frame's get no pinned fact."""
-    lifted = sum(1 for _ in frame_gm.parameters()) + sum(1 for _ in frame_gm.buffers())
+    params = [InputFacts(resident=True, requires_grad=p.requires_grad)
+              for p in frame_gm.parameters()]
+    lifted = params + [InputFacts(resident=True) for _ in frame_gm.buffers()]
     count = _placeholder_count(forward)
-    if count != lifted + len(frame):
+    if count != len(lifted) + len(frame):
         return [InputFacts() for _ in range(count)]
-    return [InputFacts(resident=True) for _ in range(lifted)] + list(frame)
+    return lifted + list(frame)
 
 
 def backward_input_facts(forward_facts: Sequence[InputFacts], forward: torch.fx.GraphModule,
@@ -100,7 +120,8 @@ def plan_inputs(lowered: LoweredGraph, facts: Sequence[InputFacts], example_inpu
     the graph writes the input back out of place; every other tensor is copied, or
     host-mapped where :func:`place_mapped_inputs` allows; a resident input its one kernel
     updates in place is a mapped update (:func:`place_mapped_updates`): read and written
-    in the caller's memory, never copied back. ``resident_writebacks``: the
+    in the caller's memory, never copied back; a ``trained`` one its one kernel reads is
+    mapped (:func:`training_facts`). ``resident_writebacks``: the
     caller can tell the version an input written back will have at the next call
     (:class:`simaccel.compiled.CompiledGraph`)."""
     plans = []
@@ -132,7 +153,10 @@ def plan_inputs(lowered: LoweredGraph, facts: Sequence[InputFacts], example_inpu
     # updates first: a small input read by a kernel updating a mapped input is mapped too
     updated = place_mapped_updates(plans, lowered.steps, outputs, in_place,
                                    host_map_min_bytes > 0)
-    return place_mapped_inputs(updated, lowered.steps, outputs, nbytes, host_map_min_bytes)
+    trained = {p.buffer for p in plans if p.placement is Placement.RESIDENT
+               and p.index < len(facts) and facts[p.index].trained}
+    return place_mapped_inputs(updated, lowered.steps, outputs, nbytes, host_map_min_bytes,
+                               trained)
 
 
 def _c_contiguous(value: Any) -> bool:

@@ -1,16 +1,18 @@
 """Graph outputs that are views of graph inputs: made on the host, never computed.
 
-A training graph's forward saves ``t(weight)`` for its backward; an inference graph may
-return ``x.transpose(0, 1)``. Computing such a view on the device means a kernel copying
-the input and a device-to-host transfer of the copy (the 4 MB of a 512x2048 weight per
-step), where eager (and AOTAutograd's own runtime) hands out a view of the input. These
-outputs are replayed on the caller's tensor instead: the same view ops with the same
-arguments, so the result aliases the input as in eager.
+A training graph's forward saves ``t(weight)`` for its backward, and the input ``x``
+itself; an inference graph may return ``x.transpose(0, 1)``. Computing such a view on
+the device means a kernel copying the input and a device-to-host transfer of the copy
+(the 4 MB of a 512x2048 weight per step), where eager (and AOTAutograd's own runtime)
+hands out a view of the input. These outputs are replayed on the caller's tensor
+instead: the same view ops with the same arguments, so the result aliases the input as
+in eager.
 
-An output qualifies when it is a chain of view ops (:data:`VIEW_OPS`) from a tensor
-placeholder whose arguments are all concrete (no size symbol, no other node), and the
-graph does not write the placeholder back (an input mutation would change what the view
-shows after the call).
+An output qualifies when it is a chain of view ops (:data:`VIEW_OPS`; none for an input
+returned as it is) from a tensor placeholder whose arguments are all concrete (no size
+symbol, no other node), and the graph does not write the placeholder back (an input
+mutation would change what the view shows after the call). An input returned as it is
+has no device output at all, so the call's download is the plain one a replay repeats.
 """
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ def _chain(node: Any, placeholders: dict[torch.fx.Node, int], mutated: set
             return None
         ops.append((node.target, rest, dict(node.kwargs)))
         node = node.args[0]
-    if not ops or node not in placeholders or node in mutated:
+    if node not in placeholders or node in mutated:
         return None
     value = node.meta.get("val")
     if not isinstance(value, torch.Tensor) or value.dim() == 0:

@@ -49,8 +49,9 @@ class DevicePlanFacts:
 
     ``inputs`` maps an ``example_inputs`` index to ``{"aligned": bool | None}`` (tensor
     inputs; None: not pinned, checked per call),
-    ``{"resident": True}`` (parameters and static-address tensors: no per-call guard, their
-    alignment is checked at each upload) or ``{"int_bits": 32 | 64}`` (int inputs); other
+    ``{"resident": True, "requires_grad": bool}`` (parameters and static-address
+    tensors: no per-call guard, their alignment is checked at each upload; Dynamo's
+    tensor guard pins ``requires_grad``) or ``{"int_bits": 32 | 64}`` (int inputs); other
     inputs are absent. ``alignment`` (bytes)
     and ``config_key`` are those of the device config in force at compile time. ``guards``
     are the device guards installed for these facts.
@@ -138,7 +139,7 @@ def _tensor_fact(graph_input: GraphInput,
         # Resident on the device (uploaded once, again when its version moves): its
         # alignment matters only at an upload, which checks it then. No per-call guard, so
         # a model's parameters cost nothing on every call.
-        return {"resident": True}, None
+        return {"resident": True, "requires_grad": bool(value.requires_grad)}, None
     expr = f"{graph_input.source}.data_ptr() % {alignment} == 0"
     # Inline in the frame's folded check where the source is a plain Python expression
     # (~150 ns less per call than a lambda guard on the tensor).

@@ -181,17 +181,20 @@ def _max_pool_grad(x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.max_pool2d(x, 2).sum()
 
 
-BACKWARD_READERS: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]], int]] = {
+#: case -> (function, its inputs, the backward's mapped input, mapped reads of both graphs)
+BACKWARD_READERS: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]], int,
+                                  int]] = {
     # conv2d_backward reads the forward's input x (a saved forward input: its alignment
-    # is pinned by the frame's guard) to form the weight gradient; x needs no grad.
-    # (In the forward graph x is also an output, saved for backward: copied there.)
+    # is pinned by the frame's guard) to form the weight gradient; x needs no grad. The
+    # forward saves x itself (no output of its own: simaccel.codegen.input_views), and its
+    # conv reads x in place too: two mapped reads.
     "conv2d_backward": (_conv_weight_grad,
                         lambda: [torch.randn(2, 3, 16, 16),
-                                 torch.randn(4, 3, 3, 3, requires_grad=True)], 0),
+                                 torch.randn(4, 3, 3, 3, requires_grad=True)], 0, 2),
     # max_pool2d_backward reads the saved indices (a forward output simaccel allocated:
-    # aligned by construction), its backward input 1
+    # aligned by construction), its backward input 1; the forward's pool reads x in place
     "max_pool2d_backward": (_max_pool_grad,
-                            lambda: [torch.randn(2, 4, 16, 16, requires_grad=True)], 1),
+                            lambda: [torch.randn(2, 4, 16, 16, requires_grad=True)], 1, 2),
 }
 
 
@@ -200,7 +203,7 @@ def test_backward_template_inputs_are_mapped(case):
     """Backward templates declare what they write too, and a backward graph's inputs get
     their facts at compile time from what they are in the forward graph: a large saved
     tensor only the template reads is read in place. Gradients equal eager."""
-    fn, make, mapped_input = BACKWARD_READERS[case]
+    fn, make, mapped_input, mapped_reads = BACKWARD_READERS[case]
     inputs = make()
     reference = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
     fn(*reference).backward()
@@ -214,7 +217,7 @@ def test_backward_template_inputs_are_mapped(case):
             torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-4)
     backward = [r for r in simaccel.reports() if r.graph.endswith("_backward")][-1]
     assert [i for i, _, _ in backward.host_mapped] == [mapped_input], backward.host_mapped
-    assert device.dma_stats()["h2d.mapped_reads"] == 1
+    assert device.dma_stats()["h2d.mapped_reads"] == mapped_reads
     assert device.runtime_stats()["kernel_launches"] > 0
     assert device.runtime_stats()["host_fallback_ops"] == 0
     assert device.runtime_stats()["memory_plans"] == 2  # each graph planned once

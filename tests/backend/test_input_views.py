@@ -3,6 +3,7 @@
 the copy back. Values equal eager; the DMA counters show what did not move."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -61,3 +62,34 @@ def test_views_over_size_symbols_are_not_replayed():
     gm = torch.fx.symbolic_trace(lambda x: x.view(-1))
     # traced without metadata: no tensor value on the placeholder, nothing is replayed
     assert input_view_outputs(gm) == {}
+
+
+def test_a_saved_input_is_no_device_output():
+    """A training forward saves its input ``x`` itself (for the weight gradient): the
+    graph returns it as it is, so the program has no output for it (nothing copied back)
+    and its steady call replays."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU())
+    x = torch.randn(32, 64)
+    expected = torch.autograd.grad(model(x).sum(), list(model.parameters()))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="simaccel")
+    compiled(x).sum().backward()
+    device = simaccel.get_device()
+    device.reset_stats()
+    for _ in range(3):
+        out = compiled(x)
+    forward_d2h = device.dma_stats()["d2h.bytes"]
+    calls = device.runtime_stats()
+    got = torch.autograd.grad(out.sum(), list(model.parameters()))
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    name = [r.graph for r in simaccel.reports() if r.graph.endswith("_forward")][-1]
+    forward = next(p for p in device.programs() if p.spec.name == name)
+    x_buffer = forward.spec.inputs[-1].buffer
+    outputs = [o for o in forward.spec.outputs if o is not None]
+    assert x_buffer not in {o.buffer for o in outputs}
+    # what comes back is the declared outputs (the result, what else the backward saves)
+    declared = sum(int(np.prod(o.shape)) * np.dtype(o.dtype).itemsize for o in outputs)
+    assert forward_d2h == 3 * declared
+    assert calls["replayed_calls"] >= 2 and calls["host_fallback_ops"] == 0

@@ -147,7 +147,8 @@ def test_facts_are_keyed_by_example_inputs_index() -> None:
         elif isinstance(example, torch.Tensor) and example.dim() == 0:
             assert facts[index] == {"aligned": None}  # the lifted float: checked per call
         elif isinstance(example, torch.nn.Parameter):
-            assert facts[index] == {"resident": True}  # checked at upload, not per call
+            # checked at upload, not per call; requires_grad as Dynamo's guard pins it
+            assert facts[index] == {"resident": True, "requires_grad": True}
         else:
             assert facts[index] == {"aligned": example.data_ptr() % alignment == 0}
     assert len(facts.inputs) == len(examples)

@@ -39,9 +39,34 @@ def aot_module_simplified(gm: torch.fx.GraphModule, example_inputs: list[Any],
     (otherwise the fake outputs AOTAutograd prepared reach the user's first real call)."""
     from torch._dynamo.utils import counters
     counters["aot_autograd"]["total"] += 1
+    if "bw_compiler" in kwargs:
+        kwargs["bw_compiler"] = _untraced_backward_compiler(kwargs["bw_compiler"])
     kwargs.setdefault("keep_inference_input_mutations", True)
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    kwargs.setdefault("partition_fn", min_cut_rematerialization_partition)
     with symbolic_scalar_arguments():
         return aot_autograd.aot_module_simplified(gm, example_inputs, **kwargs)
+
+
+def _untraced_backward_compiler(compiler: Callable[..., Any]) -> Callable[..., Any]:
+    """``compiler`` as AOTAutograd may call it from inside a compiled frame: AOTAutograd
+    compiles the backward at the first ``backward()``, which a compiled training step
+    (``loss.backward()`` inside ``torch.compile``) runs with Dynamo's frame hook still
+    installed, so Dynamo would trace the compiler's own Python and then the backward it
+    returns. Both run with Dynamo disabled, as torch's ``aot_autograd`` backend helper
+    does for its backends. The backward keeps its calling convention (AOTAutograd reads
+    ``_boxed_call``)."""
+    import torch._dynamo
+
+    def compile_backward(*args: Any, **kwargs: Any) -> Any:
+        compiled = compiler(*args, **kwargs)
+        run = torch._dynamo.disable(compiled, reason="simaccel runs the backward")
+        run._boxed_call = getattr(compiled, "_boxed_call", False)
+        return run
+
+    # the frame Dynamo's hook meets is torch's disable wrapper: nothing of ours is traced
+    # (nor counted as a graph break)
+    return torch._dynamo.disable(compile_backward, reason="simaccel compiles the backward")
 
 
 def frame_graph_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
