@@ -270,6 +270,20 @@ def test_optim_steps_record_graphs_and_ratios_per_backend(tiny_optim):
     assert data["ratio_baseline"] == "eager" and data["ratio"] > 0 and data["graphs"] == 1
 
 
+def test_training_step_records_its_ratio_to_eager(tiny_optim):
+    """The whole training step (forward, backward, opt.step of an MLP, model and step
+    compiled) against an eager copy trained in the same rounds."""
+    result = run_bench(["eager", "simaccel"], quick=True, scenarios=["optim/mlp_train"],
+                       progress=None)
+    assert [r.backend for r in result.records] == ["eager", "simaccel"]
+    for rec in result.records:
+        assert rec.skipped is None and rec.samples == 2 and rec.median_s > 0, rec
+        assert rec.extra["over_eager"] > 0 and rec.extra["steps"] == 3 + 2 * 2
+    assert result.records[-1].extra["graphs"] >= 2  # the model's and the step's
+    found = {t.name: t for t in targets(result)}
+    assert found["simaccel mlp_train step / plain eager step"].value is not None
+
+
 def test_bf16_kernel_records_compare_with_eager_in_bf16():
     result = run_bench(["eager", "simaccel"], quick=True, scenarios=["kernel/chain8_bf16"],
                        progress=None)

@@ -91,7 +91,7 @@ class StepPair:
             sched.step()
 
 
-def _lambda_lr(opt: optim.Optimizer) -> Any:
+def lambda_lr(opt: optim.Optimizer) -> Any:
     """lr = base / (1 + step): a new float at every step."""
     return lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (1 + step))
 
@@ -111,7 +111,7 @@ def make_pair(name: str, sizes: OptimSizes) -> StepPair:
     if name in STATE_MADE_BY_FIRST_STEP:
         opt.step()
         ref_opt.step()
-    return StepPair(params, reference, opt, ref_opt, (_lambda_lr(opt), _lambda_lr(ref_opt)))
+    return StepPair(params, reference, opt, ref_opt, (lambda_lr(opt), lambda_lr(ref_opt)))
 
 
 def _warm_up(pair: StepPair, step: Callable[[], Any], steps: int) -> int:
@@ -148,7 +148,7 @@ def _timed_rounds(pair: StepPair, step: Callable[[], Any], sizes: OptimSizes
     return ours, eager
 
 
-def _hit_recompile_limit() -> bool:
+def hit_recompile_limit() -> bool:
     """Whether Dynamo gave up recompiling a frame (its "recompile limit" message)."""
     return any("recompile limit" in str(key).lower() for key in counters["unimplemented"])
 
@@ -169,7 +169,7 @@ def measure_optim(name: str, backend: str, cfg: BenchConfig) -> Record:
         "min_s": min(ours), "eager_s": eager_med,
         "over_eager": med / eager_med if med and eager_med else None,
         "graphs": graphs, "recompiles": graphs - graphs_first,
-        "recompiles_timed": graphs - graphs_warm, "hit_recompile_limit": _hit_recompile_limit(),
+        "recompiles_timed": graphs - graphs_warm, "hit_recompile_limit": hit_recompile_limit(),
         "steps": sizes.warmup + sizes.rounds * sizes.steps, "quick_sizes": sizes.label != FULL.label})
 
 

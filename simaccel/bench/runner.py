@@ -21,6 +21,7 @@ from simaccel.bench import BACKENDS
 from simaccel.bench import scenarios as sc
 from simaccel.bench.ddp import ddp_tasks
 from simaccel.bench.optim import optim_tasks
+from simaccel.bench.train import train_tasks
 from simaccel.bench.shapes import shape_tasks
 from simaccel.bench.workloads import KERNEL_WORKLOADS, SCALAR_SCENARIOS
 
@@ -150,6 +151,10 @@ def build_tasks(backends: Sequence[str], cfg: sc.BenchConfig, cache_root: str) -
                                              or b == "dynamo_eager"))
                   for b in backends]
     tasks += optim_tasks(list(backends), cfg, Task)
+    # quick: the baseline and simaccel only (each backend compiles three graphs)
+    tasks += [Task(t.group, t.scenario, t.backend, t.run,
+                   opt_in=cfg.quick and t.backend not in ("eager", "simaccel"))
+              for t in train_tasks(list(backends), cfg, Task)]
     tasks += shape_tasks(list(backends), cfg, Task)
     tasks += ddp_tasks(list(backends), cfg, Task)
     return tasks + _compile_tasks(backends, cfg, cache_root)
