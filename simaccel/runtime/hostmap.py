@@ -44,7 +44,7 @@ def place_mapped_inputs(inputs: Sequence[InputPlan], steps: Sequence[Any],
     ``trained``: resident inputs that change between nearly all calls (a training graph's
     parameters): their device copy would be uploaded again each call, so one read as
     above is mapped at any size and alignment (a kept view: the launch stays bound to
-    it; a misaligned one is read through a staging buffer, checked per call)."""
+    it; no descriptor moves a mapped input, so its address needs no alignment)."""
     if min_bytes <= 0:
         return tuple(inputs)
     trained = set(trained)

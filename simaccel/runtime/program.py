@@ -105,7 +105,8 @@ class Program:
                                    for _, b in self._mapped_outputs)
         #: the kernels accessing host memory, bound to each call's host arrays
         self._mapped_steps = mapped_steps(spec.steps, self._streamed, spec.outputs)
-        self._updates_flags = [p.placement is Placement.MAPPED_UPDATE for p in self._streamed]
+        #: per streamed input: read or updated in host memory (never staged: no descriptor)
+        self._in_place_flags = mapped
         #: the inputs their kernel updates in host memory: (argument index, buffer)
         self._updated = tuple((p.index, p.buffer)
                               for p in spec.inputs_placed(Placement.MAPPED_UPDATE))
@@ -384,7 +385,7 @@ class Program:
         descriptor); ``done`` gets their plans."""
         if self._streamed:
             srcs = [args[p.index] for p in self._streamed]
-            staged, empty = staging_flags(self._streamed, srcs, self._updates_flags,
+            staged, empty = staging_flags(self._streamed, srcs, self._in_place_flags,
                                           data_ptrs, self.spec.alignment)
             if empty:  # an empty input has nothing to address
                 dsts = [d if h.size or d is None else d[:0]

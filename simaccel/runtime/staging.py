@@ -32,16 +32,18 @@ def is_aligned(plan: InputPlan, host: np.ndarray, data_ptrs: Sequence[int] | Non
 
 
 def staging_flags(plans: Sequence[InputPlan], srcs: Sequence[np.ndarray],
-                  updated: Sequence[bool], data_ptrs: Sequence[int] | None,
+                  in_place: Sequence[bool], data_ptrs: Sequence[int] | None,
                   alignment: int) -> tuple[tuple[bool, ...], bool]:
     """Per streamed input (``plans``, their host arrays ``srcs``): True if it is staged
     (:func:`is_aligned` says no); an empty input moves nothing and an input its kernel
-    updates in host memory (``updated``) takes no descriptor, so neither is. Also returns
-    whether some input is empty (the caller shrinks its destinations)."""
+    reads or updates in host memory (``in_place``: host-mapped) takes no descriptor, so
+    neither is, whatever its alignment (a training graph's parameter may be a view at
+    any offset of a flat buffer). Also returns whether some input is empty (the caller
+    shrinks its destinations)."""
     staged = []
     empty = False
-    for plan, host, updates in zip(plans, srcs, updated):
-        if updates or not host.size:
+    for plan, host, mapped in zip(plans, srcs, in_place):
+        if mapped or not host.size:
             empty = empty or not host.size
             staged.append(False)
             continue

@@ -114,6 +114,36 @@ def test_training_step_compiled_whole_with_backward_inside():
     _assert_on_device()
 
 
+class _FlatParameters(nn.Module):
+    """Two layers whose weights are views of one flat buffer at offsets no DMA alignment
+    divides (as frameworks that flatten parameters lay them out)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        flat = torch.randn(20000) * 0.1
+        self.w1 = nn.Parameter(flat[3:3 + 128 * 64].view(128, 64))
+        self.w2 = nn.Parameter(flat[10001:10001 + 10 * 128].view(10, 128))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ self.w1.t()) @ self.w2.t()
+
+
+def test_weights_at_unaligned_addresses_are_read_in_place():
+    model = _FlatParameters()
+    reference = copy.deepcopy(model)
+    assert model.w1.data_ptr() % simaccel.get_device().config.alignment
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
+    forward = torch.compile(model, backend="simaccel")
+    for x, y in _batches(3):
+        loss = _train(model, opt, forward, opt.step, x, y)
+        assert abs(loss - _train(reference, ref_opt, reference, ref_opt.step, x, y)) <= 1e-5
+        assert _max_difference(model, reference) <= MAX_ABS_ERROR
+    _assert_on_device()
+    assert simaccel.get_device().dma_stats()["h2d.mapped_reads"] > 0
+
+
 def test_frozen_weights_stay_resident():
     """A weight that needs no grad (a frozen layer under fine-tuning) is not updated
     between calls: it stays resident, uploaded once."""
