@@ -315,7 +315,8 @@ def bind_mapped(bound: Any, srcs: Sequence[np.ndarray], host_outputs: Sequence[A
     one writing an output is bound every call (new output arrays). This runs on every
     call of a program with mapped launches, so the inputs are visited once and, when none
     moved, only the launches writing outputs are (causal attention: four GEMMs read two
-    mapped inputs, one kernel writes the output)."""
+    mapped inputs, one kernel writes the output). A launch bound before that can be
+    patched (a launch group) has only its moved arguments patched (:func:`_patch`)."""
     bound.mapped_sources = None  # until every launch is bound to these
     addresses = _mapped_addresses(bound, srcs, data_ptrs, streamed, launches.positions)
     last = bound.mapped_addresses
