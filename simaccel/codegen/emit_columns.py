@@ -19,14 +19,11 @@ outputs either way.
 """
 from __future__ import annotations
 
-import re
-from typing import Any
-
 from simaccel.codegen.emit import (BodyEmitter, accumulator_slot, accumulators, combine_source,
                                    dtype_ctor, index_source, kernel_module, loop_nest,
                                    parallel_loop, reduce_init, split_flat, store_source)
 from simaccel.codegen.ir import ReductionKernel, buffers_read, loads
-from simaccel.codegen.sizes import SYMBOL_NAME, hint, prod, source
+from simaccel.codegen.sizes import CALL, SYMBOL_NAME, hint, prod, source
 
 #: outputs per chunk: one accumulator each (256 float64 accumulators are 2 KiB: L1)
 CHUNK = 256
@@ -35,8 +32,6 @@ MIN_COLUMNS = 16
 #: the value a size symbol stands for when the order is chosen (a heuristic: any order
 #: computes the same reduction, so no guard)
 _SYMBOL_STAND_IN = 97
-#: a function call in an index expression (not evaluated here)
-_CALL = re.compile(r"[A-Za-z_]\w*\s*\(")
 #: the chunk loop's variables (emitted names apart from the index names ``o<k>``, ``r<k>``)
 _CHUNK, _LOW, _COUNT, _LANE = "oc", "olo", "on", "oj"
 
@@ -68,7 +63,7 @@ def _steps(offset: str, names: tuple[str, ...], column: str, reduced: str
            ) -> tuple[int, int] | None:
     """How many elements ``offset`` moves when ``column``, then ``reduced``, goes from 0
     to 1 (every other index at 0); None for an offset with a call."""
-    if _CALL.search(offset):
+    if CALL.search(offset):
         return None
     zero = {name: 0 for name in names}
     zero.update((name, _SYMBOL_STAND_IN) for name in SYMBOL_NAME.findall(offset))
@@ -137,6 +132,6 @@ def _column_nest(k: ReductionKernel, parallel: bool, fast_trig: bool
     return lines, body.range_checked
 
 
-def _array_dtype(acc_dtype: str) -> Any:
+def _array_dtype(acc_dtype: str) -> str:
     """The numpy dtype source of an accumulator array."""
     return "np.bool_" if acc_dtype == "bool" else dtype_ctor(acc_dtype)

@@ -37,7 +37,7 @@ import sympy
 from simaccel.codegen.fusion import FUSABLE_OPS, can_move_above
 from simaccel.codegen.ir import (PointwiseKernel, ReductionKernel, RowKernel,
                                  contiguous_strides, loads)
-from simaccel.codegen.sizes import SYMBOL_NAME, hint, prod, source
+from simaccel.codegen.sizes import CALL, SYMBOL_NAME, hint, prod, source
 
 #: most steps a kernel moves up to join a row kernel (its inputs then live longer)
 MAX_ROW_MOVE = 4
@@ -45,7 +45,6 @@ MAX_ROW_MOVE = 4
 #: (64K float32 = 256 KB, a core's L2)
 MAX_ROW_ELEMENTS = 1 << 16
 
-_CALL = re.compile(r"[A-Za-z_]\w*\s*\(")
 _NAME = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -64,7 +63,7 @@ def flat_offset(offset: str, names: tuple[str, ...], shape: tuple[str, ...]
     evaluated exactly: per variable when it is a sum of one-variable terms
     (``(i0 // 8)*1024 + (i0 % 8)*128`` is ``i0*128``), else at every position; one over
     size symbols must be affine in the variables once ``x % n`` is ``x - n*(x // n)``."""
-    if _CALL.search(offset) or any(_CALL.search(s) for s in shape):
+    if CALL.search(offset) or any(CALL.search(s) for s in shape):
         return None
     if any(SYMBOL_NAME.search(text) for text in (offset, *shape)):
         return _symbolic_flat(offset, names, shape)

@@ -40,7 +40,7 @@ def _matrix_operand(ctx: GraphLowering, x: TensorValue, dtype: str) -> tuple[Rea
             return x, False, (0 if x.ndim == 3 and x.shape[0] == 1 else batch)
         if batch_ok and (s_r == 1 or rows == 1) and (s_c == rows or cols == 1):
             return x, True, (0 if x.ndim == 3 and x.shape[0] == 1 else batch)
-    x = ctx.realize_shared(x) if isinstance(x, Lazy) else ctx.realize_contiguous(x)
+    x = ctx.realize_shared(x)
     return x, False, (x.shape[-2] * x.shape[-1] if x.ndim == 3 else 0)
 
 

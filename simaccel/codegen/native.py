@@ -360,6 +360,13 @@ class NativeKernel:
 
     command_list = staticmethod(lambda calls: command_list(calls))
 
+    @staticmethod
+    def array_slots(count: int) -> list[int]:
+        """Positions of the first ``count`` array arguments' pointers among a launch's C
+        arguments (:meth:`_c_arguments`: a pointer and a length per array, then the
+        ints): a launch group patches them when an array moves."""
+        return [2 * j for j in range(count)]
+
     def _c_arguments(self, args: tuple, addresses: Any = None) -> tuple:
         if len(args) != self._nargs:
             raise TypeError(f"kernel takes {self._nargs} arguments, got {len(args)}")

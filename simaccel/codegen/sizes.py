@@ -34,6 +34,8 @@ SIZE_FUNCTION_NAMES = ("FloorDiv", "CleanDiv", "Mod", "PythonMod", "ModularIndex
 
 #: a size symbol in emitted source: backed (``s``) and unbacked (``u``) symbols
 SYMBOL_NAME = re.compile(r"\b[su]\d+\b")
+#: a function call in emitted index source (a size function: not evaluated as plain ints)
+CALL = re.compile(r"[A-Za-z_]\w*\s*\(")
 
 
 def size(value: Any) -> Size:

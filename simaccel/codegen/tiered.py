@@ -146,9 +146,10 @@ class TieredKernel:
         return functools.partial(self, *args)
 
     def __getattr__(self, name: str) -> Any:
-        # native_bind / command_list of the compiled kernel, for launch groups: absent
-        # (AttributeError) while the kernel runs in tier 0
-        if name in ("native_bind", "command_list") and "pending" in self.__dict__ \
+        # native_bind / command_list / array_slots of the compiled kernel, for launch
+        # groups: absent (AttributeError) while the kernel runs in tier 0
+        if name in ("native_bind", "command_list", "array_slots") \
+                and "pending" in self.__dict__ \
                 and self.ready():
             return getattr(self.compiled, name)
         raise AttributeError(name)

@@ -56,11 +56,11 @@ class LaunchGroup:
                       ) -> list[tuple[Any, int]]:
         """Per buffer argument of the group (in argument order), its C pointer in its
         part's bound arguments and its slot in the command list's argument table (a
-        native part's C arguments: a pointer and a length per buffer, then the rest)."""
+        native part's C arguments: its kernel's ``array_slots``)."""
         slots = []
         offset = 0
         for part, (_, (_, c_args)) in zip(self.parts, bound):
-            slots += [(c_args[2 * j], offset + 2 * j) for j in range(part.buffers)]
+            slots += [(c_args[j], offset + j) for j in part.fn.array_slots(part.buffers)]
             offset += len(c_args)
         return slots
 
@@ -147,7 +147,8 @@ class _PartLaunches:
         for k, (part, own, addresses) in enumerate(slices):
             if hasattr(part.fn, "native_bind"):
                 launch, (_, c_args) = part.fn.native_bind(*own, addresses=addresses)
-                self.where += [(k, j, c_args[2 * j]) for j in range(part.buffers)]
+                self.where += [(k, j, c_args[slot])
+                               for j, slot in enumerate(part.fn.array_slots(part.buffers))]
             else:
                 launch = bind_launch(part.fn, own, addresses)
                 self.where += [(k, j, None) for j in range(part.buffers)]
