@@ -412,7 +412,7 @@ def assemble(lowered: LoweredGraph, inputs: tuple[InputPlan, ...], device: Any, 
         [host_c_contiguous(m) for m in lowered.output_meta] + [False] * len(written),
         device.config.host_map_min_bytes, len(lowered.outputs),
         {aliases.get(b, b) for item in lowered.steps if isinstance(item, LibraryKernel)
-         for b in item.writes})
+         and not getattr(item.fn, "writes_output_in_place", False) for b in item.writes})
     asserts = tuple(lowered.size_asserts)
     symbols, traced = symbol_sources(lowered.inputs, _size_names(buffers, steps, outputs)
                                      + names_of(text for text, _ in asserts))

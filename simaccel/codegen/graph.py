@@ -273,7 +273,11 @@ class GraphLowering:
     def _output(self, value: Any) -> Any:
         value = self.env.get(value, value) if isinstance(value, torch.fx.Node) else value
         if isinstance(value, TensorValue):
-            return self.realize(value)
+            # a lazy value a GEMM read already is in a buffer: computing it again into
+            # another (a training forward's saved activation) would read its operands
+            # twice, and a trained bias read twice is uploaded instead of mapped
+            held = self._shared.get(id(value))
+            return held[1] if held is not None else self.realize(value)
         return value
 
     def _call(self, node: torch.fx.Node) -> Any:

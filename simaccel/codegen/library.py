@@ -83,6 +83,10 @@ class Gemm:
     #: (:func:`~simaccel.runtime.group.bind_launch`): a linear layer's resident weight is
     #: read as a reordered copy once it stops changing (:class:`ResidentWeightLinear`)
     keeps_derived = True
+    #: the product is written into the bound output buffer itself and a bound launch
+    #: takes another output array by :meth:`GemmLaunch.patch`: an output it writes can
+    #: be a host-mapped one (:func:`~simaccel.runtime.hostmap.place_mapped_outputs`)
+    writes_output_in_place = True
 
     def __init__(self, dtype: torch.dtype | None = None) -> None:
         #: the operands' torch dtype where the buffers hold its bits as another numpy
@@ -102,18 +106,26 @@ class Gemm:
         where it is a resident input no step writes, else None."""
         if m == 0 or n == 0 or batch == 0:
             return _nothing
-        o, lhs, rhs = self._views(out, a, b, batch, m, k, n, a_off, a_bs, b_off, b_bs, a_t,
-                                  b_t)
+        params = (batch, m, k, n, a_off, a_bs, b_off, b_bs, a_t, b_t)
+        weight = operands[2] if operands is not None else None
+        return GemmLaunch(self, params, [self._view(j, x, params) for j, x in
+                                         enumerate((out, a, b))], weight)
+
+    def call_on(self, tensors: list[torch.Tensor], params: tuple[int, ...],
+                weight: Any = None) -> Callable[[], Any]:
+        """The launch on ``tensors`` (out, a, b: :meth:`_view`) as a zero-argument call;
+        ``weight``: the resident operand of ``b``, or None."""
+        o, lhs, rhs = tensors
+        batch, m, k, n, _, _, _, _, a_t, b_t = params
         if k == 0:
             return o.zero_
-        if batch == 1:  # 2-D views (squeezed in numpy, ~1 us cheaper than in torch)
-            if self._inner_product_wins(o, m, k, n, a_t, b_t):
-                weight = operands[2] if operands is not None else None
-                if weight is not None:
-                    return ResidentWeightLinear(lhs, rhs.t(), o, weight)
-                return functools.partial(_inner_product, lhs, rhs.t(), o)
-            return functools.partial(torch.mm, lhs, rhs, out=o)
-        return functools.partial(torch.bmm, lhs, rhs, out=o)
+        if batch > 1:
+            return functools.partial(torch.bmm, lhs, rhs, out=o)
+        if self._inner_product_wins(o, m, k, n, a_t, b_t):
+            if weight is not None:
+                return ResidentWeightLinear(lhs, rhs.t(), o, weight)
+            return functools.partial(_inner_product, lhs, rhs.t(), o)
+        return functools.partial(torch.mm, lhs, rhs, out=o)
 
     def operand_spans(self, params: tuple[Any, ...]) -> dict[int, list[tuple[int, int]]] | None:
         """The element ranges ``[start, stop)`` a launch with these ``params`` (the
@@ -136,18 +148,20 @@ class Gemm:
         return (_ONEDNN_LINEAR is not None and out.dtype == torch.float32 and not a_t
                 and bool(b_t) and m * k * n >= ONEDNN_MIN_MACS)
 
-    def _views(self, out: np.ndarray, a: np.ndarray, b: np.ndarray, batch: int, m: int,
-               k: int, n: int, a_off: int, a_bs: int, b_off: int, b_bs: int, a_t: int,
-               b_t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(out, a, b) as (batch, rows, cols) tensors viewing the buffers; (rows, cols)
-        ones when ``batch`` is 1."""
-        views = (out[:batch * m * n].reshape(batch, m, n),
-                 _matrices(a, a_off, batch, m, k, a_bs, bool(a_t)),
-                 _matrices(b, b_off, batch, k, n, b_bs, bool(b_t)))
-        tensor = self._tensor
-        if batch == 1:
-            return tensor(views[0][0]), tensor(views[1][0]), tensor(views[2][0])
-        return tensor(views[0]), tensor(views[1]), tensor(views[2])
+    def _view(self, position: int, array: np.ndarray, params: tuple[int, ...]
+              ) -> torch.Tensor:
+        """Argument ``position`` (0: out, 1: a, 2: b) of a launch with ``params`` (the
+        step's ``batch, m, k, n, a_off, a_bs, b_off, b_bs, a_t, b_t``) as a (batch, rows,
+        cols) tensor viewing the flat ``array``; a (rows, cols) one when ``batch`` is 1
+        (squeezed in numpy, ~1 us cheaper than in torch)."""
+        batch, m, k, n, a_off, a_bs, b_off, b_bs, a_t, b_t = params
+        if position == 0:
+            view = array[:batch * m * n].reshape(batch, m, n)
+        elif position == 1:
+            view = _matrices(array, a_off, batch, m, k, a_bs, bool(a_t))
+        else:
+            view = _matrices(array, b_off, batch, k, n, b_bs, bool(b_t))
+        return self._tensor(view[0] if batch == 1 else view)
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         """A tensor viewing ``array`` (its bits as :attr:`dtype` where one is set)."""
@@ -170,11 +184,58 @@ class GemmBias(Gemm):
              operands: Any = None) -> Callable[[], Any]:
         if m == 0 or n == 0:
             return _nothing
-        o, lhs, rhs = self._views(out, a, b, 1, m, k, n, a_off, 0, b_off, 0, a_t, b_t)
-        row = self._tensor(bias[:n])
+        params = (1, m, k, n, a_off, 0, b_off, 0, a_t, b_t)
+        return GemmLaunch(self, params, [self._view(j, x, params) for j, x in
+                                         enumerate((out, a, b))] + [self._tensor(bias[:n])])
+
+    def _view(self, position: int, array: np.ndarray, params: tuple[int, ...]
+              ) -> torch.Tensor:
+        """As :meth:`Gemm._view`; position 3: the bias row."""
+        if position == 3:
+            return self._tensor(array[:params[3]])
+        return super()._view(position, array, params)
+
+    def call_on(self, tensors: list[torch.Tensor], params: tuple[int, ...],
+                weight: Any = None) -> Callable[[], Any]:
+        o, lhs, rhs, row = tensors
+        _, m, k, n, _, _, _, _, a_t, b_t = params
         if self._inner_product_wins(o, m, k, n, a_t, b_t):  # the primitive adds the bias
             return functools.partial(_inner_product, lhs, rhs.t(), o, row)
         return functools.partial(torch.addmm, row, lhs, rhs, out=o)
+
+
+class GemmLaunch:
+    """A bound launch of a library GEMM (:meth:`Gemm.bind`): its tensors view the bound
+    buffers, and :meth:`patch` points one of them at another array, as a CUDA graph's
+    kernel node gets new parameters. A host-mapped output is a new host array every call
+    (the gradient a training backward's GEMM writes in place): only its view is made
+    again (~2 us), not the launch's three (~10-20 us)."""
+
+    __slots__ = ("gemm", "params", "tensors", "weight", "call", "at")
+
+    def __init__(self, gemm: Gemm, params: tuple[int, ...], tensors: list[torch.Tensor],
+                 weight: Any = None) -> None:
+        self.gemm, self.params, self.tensors, self.weight = gemm, params, tensors, weight
+        self.call = gemm.call_on(tensors, params, weight)
+        #: argument position -> the data address (bytes) a patch pointed it at
+        self.at: dict[int, int] = {}
+
+    def __call__(self) -> None:
+        self.call()
+
+    def patch(self, position: int, array: np.ndarray, address: int) -> None:
+        """Point buffer argument ``position`` at ``array`` (its data address ``address``,
+        bytes), of the dtype and size the launch was bound with (checked by the
+        caller)."""
+        if self.at.get(position) == address:
+            return
+        self.at[position] = address
+        self.tensors[position] = tensor = self.gemm._view(position, array, self.params)
+        repoint = getattr(self.call, "repoint", None)
+        if repoint is not None and position < 2:  # its reordered weight stays
+            repoint(position, tensor)
+            return
+        self.call = self.gemm.call_on(self.tensors, self.params, self.weight)
 
 
 def _inner_product(lhs: torch.Tensor, weight: torch.Tensor, out: torch.Tensor,
@@ -209,6 +270,14 @@ class ResidentWeightLinear:
 
     def __call__(self) -> None:
         _inner_product(self.lhs, self._weight(), self.out)
+
+    def repoint(self, position: int, tensor: torch.Tensor) -> None:
+        """The same product into another ``out`` (``position`` 0) or on another ``lhs``
+        (1), as :meth:`GemmLaunch.patch` asks."""
+        if position == 0:
+            self.out = tensor
+        else:
+            self.lhs = tensor
 
     def _weight(self) -> torch.Tensor:
         """The reordered copy if one is kept for the weight's contents now, else the

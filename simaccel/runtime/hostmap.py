@@ -129,7 +129,9 @@ def place_mapped_outputs(outputs: Sequence[OutputDecl | None], steps: Sequence[A
     Not a library call's (``library_written``): such an op computes into a tensor of its
     own and copies it out anyway, so mapping only moves that copy while the call rebinds
     its tensor views every call (measured on causal attention, 1 MB out: ~5% slower
-    than copying back)."""
+    than copying back). A library GEMM writes its product in place and its launch takes
+    a new output array by a patch, so the compiler leaves it out of that set (a training
+    backward's weight gradients)."""
     if min_bytes <= 0:
         return tuple(outputs)
     library = set(library_written)

@@ -302,9 +302,8 @@ class Program:
             self._lock.release()
 
     def _bind_workspace(self, block: Block, layout: SizedLayout) -> BoundWorkspace:
-        """Views of every buffer in ``block`` and the launches bound to them (made once
-        per block and size tuple; a kernel reading a host-mapped input is bound per call,
-        later)."""
+        """Views of every buffer in ``block`` and the launches bound to them (once per
+        block and size tuple; a kernel on host-mapped memory is bound per call, later)."""
         bound = self._bound.get(layout.key)
         if bound is not None and bound.offset == block.offset:
             return bound
@@ -411,7 +410,8 @@ class Program:
             bound.launches[k] = bind_launch(step.fn, self._launch_args(
                 k, [hosts[b] if b in hosts else bound.views[b] for b in step.buffers],
                 bound.layout), [host_addresses.get(b) or bound.addresses.get(b)
-                                for b in step.buffers])
+                                for b in step.buffers],  # a resident weight: as unmapped
+                step_operands(self._state, step, self._stable, self.device.count))
         bind_mapped(bound, [args[p.index] for p in self._streamed], host_outputs, data_ptrs,
                     self._streamed, self._mapped_steps, bind)
 

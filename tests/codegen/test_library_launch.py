@@ -75,7 +75,7 @@ def test_a_large_linear_gemm_runs_as_the_inner_product_and_reads_its_buffers() -
     a, w = torch.randn(m, k), torch.randn(n, k)  # w: a linear weight, b = w.T
     a_buf, w_buf, out = _flat(a), _flat(w), np.full(m * n + 4, np.nan, np.float32)
     launch = library.gemm.bind(out, a_buf, w_buf, 1, m, k, n, 0, 0, 0, 0, 0, 1)
-    assert launch.func is library._inner_product
+    assert launch.call.func is library._inner_product
     launch()
     torch.testing.assert_close(torch.from_numpy(out[:m * n]).view(m, n), a @ w.t(),
                                **INNER_PRODUCT_TOL)
@@ -95,4 +95,73 @@ def test_small_or_untransposed_gemms_stay_on_the_blas_call() -> None:
     small = library.gemm.bind(out[:8 * 16], a_buf, b_buf, 1, 8, 16, 16, 0, 0, 0, 0, 0, 1)
     as_f64 = library.gemm.bind(np.zeros(m * n), a_buf.astype(np.float64),
                                b_buf.astype(np.float64), 1, m, k, n, 0, 0, 0, 0, 0, 1)
-    assert all(launch.func is torch.mm for launch in (row_major_b, small, as_f64))
+    assert all(launch.call.func is torch.mm for launch in (row_major_b, small, as_f64))
+
+
+def _patched_into_a_new_output(launch, out: np.ndarray) -> np.ndarray:
+    """Patch ``launch``'s output to a fresh NaN array the size of ``out`` and launch it:
+    the new array, after checking the old one kept what it had."""
+    before = out.copy()
+    new = np.full_like(out, np.nan)
+    launch.patch(0, new, new.ctypes.data)
+    launch()
+    np.testing.assert_array_equal(out, before)  # the old output is left alone
+    return new
+
+
+def test_a_patched_gemm_writes_its_new_output_and_reads_its_new_operand() -> None:
+    """A host-mapped output is a new array every call: the launch is re-pointed at it
+    (GemmLaunch.patch), as each library path takes it: MKL's GEMM, oneDNN's inner
+    product, the bias epilogue."""
+    m, k, n = 64, 512, 1024
+    a, w, bias = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+    for name, cols in (("mm", 16), ("inner product", n), ("bias", 16)):
+        w_buf, row = _flat(w[:cols]), bias[:cols] if name == "bias" else 0
+
+        def expected(lhs: torch.Tensor) -> torch.Tensor:
+            return lhs @ w[:cols].t() + row
+        out = np.zeros(m * cols, np.float32)
+        args = (1, m, k, cols, 0, 0, 0, 0, 0, 1)
+        launch = library.gemm_bias.bind(out, _flat(a), w_buf, _flat(bias), *args) \
+            if name == "bias" else library.gemm.bind(out, _flat(a), w_buf, *args)
+        launch()
+        tol = INNER_PRODUCT_TOL if name == "inner product" else TOL
+        new = _patched_into_a_new_output(launch, out)
+        torch.testing.assert_close(torch.from_numpy(new).view(m, cols), expected(a), **tol)
+        a2 = torch.randn(m, k)
+        lhs = _flat(a2)
+        launch.patch(1, lhs, lhs.ctypes.data)
+        launch()
+        torch.testing.assert_close(torch.from_numpy(new).view(m, cols), expected(a2), **tol)
+
+
+def test_a_patched_resident_weight_product_keeps_its_reordered_weight() -> None:
+    """A resident weight's product re-pointed at a new output keeps the reordered copy it
+    made (an inference model's large output, host-mapped, is new every call)."""
+    m, k, n = 64, 512, 1024
+    a, w = torch.randn(m, k), torch.randn(n, k)
+
+    class Operand:  # the resident operand's contents never change: key 1
+        kept = None
+
+        def content(self):
+            return 1
+
+        def form(self, key):
+            return self.kept
+
+        def keep(self, key, form, nbytes):
+            self.kept = form
+            return True
+    operand = Operand()
+    out = np.zeros(m * n, np.float32)
+    launch = library.gemm.bind(out, _flat(a), _flat(w), 1, m, k, n, 0, 0, 0, 0, 0, 1,
+                               operands=[None, None, operand])
+    product = launch.call
+    for _ in range(library.REORDER_AFTER + 1):
+        launch()
+    assert operand.kept is not None
+    new = _patched_into_a_new_output(launch, out)
+    assert launch.call is product  # the same launch, still reading the reordered copy
+    torch.testing.assert_close(torch.from_numpy(new).view(m, n), a @ w.t(),
+                               **INNER_PRODUCT_TOL)

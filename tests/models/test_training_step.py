@@ -168,3 +168,31 @@ def test_frozen_weights_stay_resident():
                           for plan in forward.spec.inputs}
     assert placement_by_numel[128 * 64] is Placement.RESIDENT  # frozen
     assert placement_by_numel[128 * 128] is Placement.MAPPED  # trained
+
+
+def test_the_backward_writes_weight_gradients_into_the_gradient_tensors():
+    """The backward's GEMMs write the weight gradients straight into the tensors the
+    caller gets (host-mapped outputs of a library GEMM, patched to each call's new
+    arrays), and the forward's saved activations are the very buffers its next GEMM read
+    (no second kernel computes them again): parameters equal eager's step after step."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    reference = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
+    forward = torch.compile(model, backend="simaccel")
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(4):
+        x, y = torch.randn(64, 256, generator=gen), torch.randint(0, 10, (64,), generator=gen)
+        loss = _train(model, opt, forward, opt.step, x, y)
+        assert abs(loss - _train(reference, ref_opt, reference, ref_opt.step, x, y)) <= 1e-5
+        assert _max_difference(model, reference) <= MAX_ABS_ERROR
+    _assert_on_device()
+    backward = [r for r in simaccel.reports() if r.graph.endswith("_backward")][-1]
+    gradient_bytes = 1024 * 256 * 4
+    assert any(nbytes == gradient_bytes for _, _, nbytes in backward.host_mapped_outputs), \
+        backward.host_mapped_outputs
+    forward_report = [r for r in simaccel.reports() if r.graph.endswith("_forward")][-1]
+    parameter_bytes = {p.numel() * 4 for p in model.parameters()}  # four sizes
+    assert parameter_bytes <= {nbytes for _, _, nbytes in forward_report.host_mapped}, \
+        forward_report.host_mapped  # each bias too: it is read once
