@@ -107,9 +107,13 @@ class Gemm:
         if m == 0 or n == 0 or batch == 0:
             return _nothing
         params = (batch, m, k, n, a_off, a_bs, b_off, b_bs, a_t, b_t)
-        weight = operands[2] if operands is not None else None
+        return self._launch(params, (out, a, b), operands[2] if operands is not None else None)
+
+    def _launch(self, params: tuple[int, ...], arrays: tuple[np.ndarray, ...],
+                weight: Any = None) -> GemmLaunch:
+        """The launch on ``arrays`` (by argument position: :meth:`_view`)."""
         return GemmLaunch(self, params, [self._view(j, x, params) for j, x in
-                                         enumerate((out, a, b))], weight)
+                                         enumerate(arrays)], weight)
 
     def call_on(self, tensors: list[torch.Tensor], params: tuple[int, ...],
                 weight: Any = None) -> Callable[[], Any]:
@@ -184,9 +188,7 @@ class GemmBias(Gemm):
              operands: Any = None) -> Callable[[], Any]:
         if m == 0 or n == 0:
             return _nothing
-        params = (1, m, k, n, a_off, 0, b_off, 0, a_t, b_t)
-        return GemmLaunch(self, params, [self._view(j, x, params) for j, x in
-                                         enumerate((out, a, b))] + [self._tensor(bias[:n])])
+        return self._launch((1, m, k, n, a_off, 0, b_off, 0, a_t, b_t), (out, a, b, bias))
 
     def _view(self, position: int, array: np.ndarray, params: tuple[int, ...]
               ) -> torch.Tensor:
