@@ -45,6 +45,17 @@ _ONEDNN_LINEAR = (torch.ops.mkldnn._linear_pointwise.default
 #: m256 k512 n2048 0.68, m8 k2048 n512 0.48.
 ONEDNN_MIN_MACS = 1 << 24
 
+#: the smallest such product run as the inner product where the weight is read as stored
+#: (no resident operand to keep a reordered copy of: a weight an optimizer changes every
+#: step). The primitive then reorders it on every call. Measured inside a training step
+#: (MLP 256-512-512-10, batch 64, in-step timers, ``/tmp/s37_gemms.py`` in the session
+#: notes): m64 k512 n512 took 260 us against MKL's 212 us, and the backward's MKL
+#: products after it ran 10-30 us slower; with caches flushed between calls
+#: (``/tmp/s37_dnn2.py``) m64 k512 n512 and m64 k256 n1024 tie MKL (1.01-1.06), from
+#: 2 ** 25 multiply-adds it wins (0.81-0.89). A reordered weight wins from 2 ** 24
+#: (0.80-0.82 at m64 k512 n512, cold or warm, ``/tmp/s37_dnn3.py``).
+ONEDNN_PLAIN_MIN_MACS = 1 << 25
+
 #: oneDNN's reorder of a linear layer's weight into its blocked layout for a given batch
 #: (``torch.ops.mkldnn._reorder_linear_weight``, what inductor's freezing pass does to
 #: constant weights); the inner product on the reordered weight gives the same bits
@@ -125,7 +136,7 @@ class Gemm:
             return o.zero_
         if batch > 1:
             return functools.partial(torch.bmm, lhs, rhs, out=o)
-        if self._inner_product_wins(o, m, k, n, a_t, b_t):
+        if self._inner_product_wins(o, m, k, n, a_t, b_t, weight is not None):
             if weight is not None:
                 return ResidentWeightLinear(lhs, rhs.t(), o, weight)
             return functools.partial(_inner_product, lhs, rhs.t(), o)
@@ -145,12 +156,15 @@ class Gemm:
                 2: [(b_off + i * b_bs, b_off + i * b_bs + k * n) for i in range(batch)]}
 
     def _inner_product_wins(self, out: torch.Tensor, m: int, k: int, n: int, a_t: int,
-                            b_t: int) -> bool:
+                            b_t: int, resident: bool = False) -> bool:
         """True if this 2-D product runs as oneDNN's inner product: float32, a row-major
         ``a`` and a column-major ``b`` (a linear layer's ``x @ weight.T``: the weight as
-        the primitive takes it, no reorder), at least :data:`ONEDNN_MIN_MACS` large."""
+        the primitive takes it), at least :data:`ONEDNN_MIN_MACS` large where ``b`` is a
+        resident weight (read as a reordered copy), :data:`ONEDNN_PLAIN_MIN_MACS` where
+        it is read as stored."""
+        least = ONEDNN_MIN_MACS if resident else ONEDNN_PLAIN_MIN_MACS
         return (_ONEDNN_LINEAR is not None and out.dtype == torch.float32 and not a_t
-                and bool(b_t) and m * k * n >= ONEDNN_MIN_MACS)
+                and bool(b_t) and m * k * n >= least)
 
     def _view(self, position: int, array: np.ndarray, params: tuple[int, ...]
               ) -> torch.Tensor:

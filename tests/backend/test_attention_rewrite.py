@@ -214,7 +214,7 @@ def test_llama_eager_attention_with_a_float32_softmax(dtype):
 
 
 def test_a_wide_qkv_projection_adds_its_bias_in_the_inner_product(monkeypatch):
-    """A qkv projection of at least ``ONEDNN_MIN_MACS`` multiply-adds whose k and v the
+    """A qkv projection of at least ``ONEDNN_PLAIN_MIN_MACS`` multiply-adds whose k and v the
     attention kernel reads in place: oneDNN's inner product adds the bias (one call)."""
     from simaccel.codegen import library
     biases = []

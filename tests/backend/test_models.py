@@ -89,7 +89,7 @@ def test_optimizer_loop_matches_eager():
 
 
 def test_a_wide_linear_layer_runs_as_the_inner_product_and_equals_eager(monkeypatch):
-    """A linear layer of at least ``ONEDNN_MIN_MACS`` multiply-adds runs as oneDNN's inner
+    """A linear layer of at least ``ONEDNN_PLAIN_MIN_MACS`` multiply-adds runs as oneDNN's inner
     product (simaccel.codegen.library), and its gradients in training equal eager's."""
     from simaccel.codegen import library
     calls = []

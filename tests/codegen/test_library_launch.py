@@ -70,8 +70,8 @@ INNER_PRODUCT_TOL = dict(rtol=1e-5, atol=1e-4)
 
 
 def test_a_large_linear_gemm_runs_as_the_inner_product_and_reads_its_buffers() -> None:
-    m, k, n = 64, 512, 1024  # m * k * n = 2 ** 25 >= ONEDNN_MIN_MACS
-    assert m * k * n >= library.ONEDNN_MIN_MACS
+    m, k, n = 64, 512, 1024  # m * k * n = 2 ** 25 >= ONEDNN_PLAIN_MIN_MACS
+    assert m * k * n >= library.ONEDNN_PLAIN_MIN_MACS
     a, w = torch.randn(m, k), torch.randn(n, k)  # w: a linear weight, b = w.T
     a_buf, w_buf, out = _flat(a), _flat(w), np.full(m * n + 4, np.nan, np.float32)
     launch = library.gemm.bind(out, a_buf, w_buf, 1, m, k, n, 0, 0, 0, 0, 0, 1)
@@ -135,25 +135,48 @@ def test_a_patched_gemm_writes_its_new_output_and_reads_its_new_operand() -> Non
         torch.testing.assert_close(torch.from_numpy(new).view(m, cols), expected(a2), **tol)
 
 
+class _UnchangedOperand:
+    """A resident operand whose contents never change (key 1), keeping what it is given
+    (:class:`~simaccel.runtime.resident.ResidentOperand`'s interface)."""
+
+    kept = None
+
+    def content(self):
+        return 1
+
+    def form(self, key):
+        return self.kept
+
+    def keep(self, key, form, nbytes):
+        self.kept = form
+        return True
+
+
+def test_a_mid_sized_product_is_the_inner_product_only_on_a_resident_weight() -> None:
+    """At 2 ** 24 multiply-adds (m64 k512 n512) oneDNN wins on a reordered resident weight
+    but not on a weight it reads as stored (a trained layer's: MKL's ``mm``)."""
+    m, k, n = 64, 512, 512
+    assert library.ONEDNN_MIN_MACS <= m * k * n < library.ONEDNN_PLAIN_MIN_MACS
+    a, w = torch.randn(m, k), torch.randn(n, k)
+    out = np.zeros(m * n, np.float32)
+    plain = library.gemm.bind(out, _flat(a), _flat(w), 1, m, k, n, 0, 0, 0, 0, 0, 1)
+    assert plain.call.func is torch.mm
+    resident = library.gemm.bind(out, _flat(a), _flat(w), 1, m, k, n, 0, 0, 0, 0, 0, 1,
+                                 operands=[None, None, _UnchangedOperand()])
+    assert isinstance(resident.call, library.ResidentWeightLinear)
+    for launch in (plain, resident):
+        out[:] = np.nan
+        launch()
+        torch.testing.assert_close(torch.from_numpy(out).view(m, n), a @ w.t(),
+                                   **INNER_PRODUCT_TOL)
+
+
 def test_a_patched_resident_weight_product_keeps_its_reordered_weight() -> None:
     """A resident weight's product re-pointed at a new output keeps the reordered copy it
     made (an inference model's large output, host-mapped, is new every call)."""
     m, k, n = 64, 512, 1024
     a, w = torch.randn(m, k), torch.randn(n, k)
-
-    class Operand:  # the resident operand's contents never change: key 1
-        kept = None
-
-        def content(self):
-            return 1
-
-        def form(self, key):
-            return self.kept
-
-        def keep(self, key, form, nbytes):
-            self.kept = form
-            return True
-    operand = Operand()
+    operand = _UnchangedOperand()
     out = np.zeros(m * n, np.float32)
     launch = library.gemm.bind(out, _flat(a), _flat(w), 1, m, k, n, 0, 0, 0, 0, 0, 1,
                                operands=[None, None, operand])
