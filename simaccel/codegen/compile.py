@@ -27,10 +27,12 @@ import torch
 from simaccel.codegen import compile_pool, tiered
 from simaccel.codegen.cache import DEFAULT_CACHE, KernelCache
 from simaccel.codegen.dtypes import STORAGE_DTYPES, byte_view, storage_dtype
-from simaccel.codegen.emit import emit_extern, emit_pointwise, emit_reduction
+from simaccel.codegen.emit import emit_extern, emit_reduction
+from simaccel.codegen.emit_pointwise import emit_pointwise
 from simaccel.codegen.emit_columns import column_order, emit_column_reduction
 from simaccel.codegen.emit_rows import emit_row
 from simaccel.codegen.emit_numpy import Unsupported, emit_numpy
+from simaccel.codegen.fusion import share_loop_nests
 from simaccel.codegen.graph import LoweredGraph
 from simaccel.codegen.hostop import HostOp
 from simaccel.codegen.lower_scalar_args import number_arguments
@@ -113,7 +115,8 @@ def _cost(kernel: Any, lowered: LoweredGraph) -> tuple[float, float]:
     if isinstance(kernel, RowKernel):
         costs = [_cost(stage, lowered) for stage in kernel.stages]
         return sum(f for f, _ in costs), max(b for _, b in costs)
-    parts = kernel.parts if isinstance(kernel, PointwiseKernel) else [kernel]
+    parts = [store for part in kernel.parts for store in part.stores] \
+        if isinstance(kernel, PointwiseKernel) else [kernel]
     flops = nbytes = 0
     for part in parts:
         itemsize = np.dtype(storage_dtype(lowered.buffers[part.out.buffer].dtype)).itemsize
@@ -276,8 +279,9 @@ def _compile_in_pool(kernels: list[Any], lowered: LoweredGraph, tier0: bool | st
 
 
 def _own_parts(kernel: PointwiseKernel) -> list[PointwiseKernel]:
-    """The parts of a fused pointwise launch, each a kernel of its own."""
-    return [dataclasses.replace(kernel, siblings=[]), *kernel.siblings]
+    """The parts of a fused pointwise launch, each a kernel of its own (parts that can
+    share a loop nest: one kernel, :func:`~simaccel.codegen.fusion.share_loop_nests`)."""
+    return share_loop_nests([dataclasses.replace(kernel, siblings=[]), *kernel.siblings])
 
 
 def group_step(kernel: PointwiseKernel, parts: list[LaunchStep],

@@ -15,7 +15,7 @@ from simaccel.codegen import scalar_ops
 from simaccel.codegen.dtypes import HALF_DTYPES, compute_dtype, is_float
 from simaccel.codegen.hoist import hoist_invariants, hoist_out_of_loops
 from simaccel.codegen.lib_version import HELPERS_DIGEST
-from simaccel.codegen.ir import (Const, Expr, ExternKernel, IndexValue, Load, Op, PointwiseKernel,
+from simaccel.codegen.ir import (Const, Expr, ExternKernel, IndexValue, Load, Op,
                                  ReductionKernel, StructuralKeys, buffers_read,
                                  contiguous_strides)
 from simaccel.codegen.sizes import SIZE_FUNCTION_NAMES, hint, is_value, prod, source
@@ -288,44 +288,6 @@ def kernel_module(args: list[str], parallel: bool,
             + "\n".join(body) + "\n")
 
 
-def emit_pointwise(k: PointwiseKernel) -> tuple[str, list[str]]:
-    """Module source and argument buffer names of a pointwise (or scatter) kernel (one
-    part: fused siblings are kernels of their own, launched together, see
-    :func:`simaccel.codegen.compile.assemble`)."""
-    if k.siblings:
-        raise ValueError(f"{k.name}: emit each part of a fused launch on its own")
-    args = kernel_args(k.out.buffer, [k.body, *k.store_index_exprs])
-    scatter = bool(k.store_offset)
-    parallel = parallel_loop(k.numel, [k.body]) and len(k.shape) > 0 and not scatter
-    rerunnable = not scatter and k.out.buffer not in buffers_read([k.body])
-    return kernel_module(args, parallel, lambda fast: _pointwise_nest(k, parallel, fast),
-                         rerunnable), args
-
-
-def _pointwise_nest(k: PointwiseKernel, parallel: bool,
-                    fast_trig: bool) -> tuple[list[str], bool]:
-    lines, indent = loop_nest(k.index, k.shape, parallel, "    ")
-    body, checked = pointwise_body(k, indent, fast_trig)
-    return lines + body, checked
-
-
-def pointwise_body(k: PointwiseKernel, indent: str, fast_trig: bool,
-                   prefix: str = "t") -> tuple[list[str], bool]:
-    """The statements of a pointwise kernel inside its loops (at ``indent``): its body
-    and its store; and whether a fast helper's range check can fire."""
-    body = BodyEmitter(indent, fast_trig, prefix=prefix)
-    result = body.value(k.body)
-    if k.store_offset:
-        idx = [f"np.int64({body.value(e)})" for e in k.store_index_exprs]
-        offset = k.store_offset.format(*idx)
-        target = f"{k.out.buffer}[{index_source(offset)}]"
-        store = f"{indent}{target} = {_stored(result, k.body.dtype, target, k.accumulate)}"
-    else:
-        store = (f"{indent}{k.out.buffer}[{index_source(k.out.offset_source(k.index))}] = "
-                 f"{store_source(result, k.body.dtype)}")
-    return body.lines + body.flag_lines() + [store], body.range_checked
-
-
 _INIT = {
     "sum": lambda d: const_source(0, d), "prod": lambda d: const_source(1, d),
     "any": lambda d: "False", "all": lambda d: "True",
@@ -397,16 +359,6 @@ def split_flat(flat: str, index: list[str], shape: tuple, indent: str) -> list[s
         lines.append(f"{indent}{var} = {q}" if k == 0
                      else f"{indent}{var} = ({q}) % {source(size)}")
     return lines
-
-
-def _stored(result: str, dtype: str, target: str, accumulate: bool) -> str:
-    """The value a scatter kernel stores at ``target``: ``result``, or ``target + result``
-    when it accumulates (a 16-bit float target is loaded, added in float32, rounded)."""
-    if not accumulate:
-        return store_source(result, dtype)
-    if dtype in HALF_DTYPES:
-        return store_source(f"np.float32({HALF_LOAD[dtype]}({target}) + {result})", dtype)
-    return f"{target} + {result}"
 
 
 def emit_reduction(k: ReductionKernel) -> tuple[str, list[str]]:

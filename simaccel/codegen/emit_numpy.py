@@ -27,6 +27,7 @@ from simaccel.codegen import scalar_ops
 from simaccel.codegen.dtypes import HALF_DTYPES, compute_dtype
 from simaccel.codegen.emit import (BodyEmitter, accumulator_slot, accumulators, dtype_ctor,
                                    has_fast_trig, kernel_args, reduce_init, store_source)
+from simaccel.codegen.emit_pointwise import shared_nest_args
 from simaccel.codegen.emit_rows import row_args
 from simaccel.codegen.ir import (ExternKernel, Op, PointwiseKernel, ReductionKernel, RowKernel,
                                  buffers_read)
@@ -159,8 +160,8 @@ def _vectorized_shape(src: str) -> str:
 class ArrayBodyEmitter(BodyEmitter):
     """:class:`BodyEmitter` whose statements compute whole arrays."""
 
-    def __init__(self, indent: str):
-        super().__init__(indent, fast_trig=False)
+    def __init__(self, indent: str, prefix: str = "t"):
+        super().__init__(indent, fast_trig=False, prefix=prefix)
 
     def _new(self, src: str) -> str:
         return super()._new(vectorized(src))
@@ -192,6 +193,8 @@ def emit_numpy_pointwise(k: PointwiseKernel) -> str:
     """Module source of the tier-0 form of one pointwise (or scatter) kernel part."""
     if k.accumulate and k.body.dtype in HALF_DTYPES:
         raise Unsupported("a 16-bit accumulating scatter rounds per element, in order")
+    if k.mates:
+        return _numpy_shared_nest(k)
     args = kernel_args(k.out.buffer, [k.body, *k.store_index_exprs])
     lines = [f"def kernel({', '.join(args)}):"] + _grids(k.index, k.shape, 0, len(k.shape))
     body = ArrayBodyEmitter("    ")
@@ -207,6 +210,22 @@ def emit_numpy_pointwise(k: PointwiseKernel) -> str:
         value = vectorized(store_source(result, k.body.dtype))
         store = f"    lib.store({k.out.buffer}, np.uint64({offset}), {value}, {shape})"
     return _module(lines + body.lines + [store])
+
+
+def _numpy_shared_nest(k: PointwiseKernel) -> str:
+    """The tier-0 form of a pointwise part and its mates (:attr:`PointwiseKernel.mates`):
+    each store's whole array in turn, a later one reading what an earlier one stored."""
+    lines = [f"def kernel({', '.join(shared_nest_args(k))}):"] + \
+        _grids(k.index, k.shape, 0, len(k.shape))
+    shape = _shape_source(k.shape)
+    for j, store in enumerate(k.stores):
+        body = ArrayBodyEmitter("    ", prefix=f"s{j}t")
+        result = body.value(store.body)
+        offset = vectorized(store.out.offset_source(store.index))
+        value = vectorized(store_source(result, store.body.dtype))
+        lines += body.lines + [
+            f"    lib.store({store.out.buffer}, np.uint64({offset}), {value}, {shape})"]
+    return _module(lines)
 
 
 def emit_numpy_reduction(k: ReductionKernel) -> str:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from simaccel.codegen.emit import (PARALLEL_WORK, element_work, kernel_module, loop_nest,
-                                   parallel_loop, pointwise_body, reduction_body, split_flat)
+                                   parallel_loop, reduction_body, split_flat)
+from simaccel.codegen.emit_pointwise import pointwise_body
 from simaccel.codegen.ir import ReductionKernel, RowKernel, buffers_read
 from simaccel.codegen.row_reuse import plan_reuse, rewritten_stage
 from simaccel.codegen.sizes import hint, source

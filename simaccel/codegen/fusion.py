@@ -10,9 +10,12 @@ earlier one or any step in between writes, and nothing in between touches its ou
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from simaccel.codegen.ir import PointwiseKernel, ReductionKernel, StructuralKeys
+from simaccel.codegen.ir import (Load, Op, PointwiseKernel, ReductionKernel, StructuralKeys,
+                                 loads)
+from simaccel.codegen.sizes import is_value
 
 #: reductions whose combine step is branch-free: fusing them keeps the loop vectorisable.
 #: (argmax/argmin/any/all branch per element and stay alone.)
@@ -100,13 +103,8 @@ def fuse_pointwise_launches(steps: list[Any]) -> list[Any]:
     launch must give the same result), and it moves up past the steps in between only
     if they neither write what it reads nor touch what it writes, and at most
     :data:`MAX_POINTWISE_MOVE` steps."""
-    fused: list[Any] = []
-    for step in steps:
-        host = _pointwise_host(fused, step) if _joins_pointwise(step) else None
-        if host is None:
-            fused.append(step)
-        else:
-            host.siblings.append(step)
+    fused = _folded(steps, lambda kept, step: _pointwise_host(kept, step)
+                    if _joins_pointwise(step) else None, lambda host: host.siblings)
     for step in fused:
         if isinstance(step, PointwiseKernel) and step.siblings:
             step.name = f"{step.name}_fused{len(step.parts)}"
@@ -137,3 +135,100 @@ def _joins_pointwise_host(step: Any) -> bool:
     """A plain pointwise kernel (a scatter's serial loop stays a launch of its own)."""
     return isinstance(step, PointwiseKernel) and not step.store_offset \
         and not step.accumulate and step.iter_shape is None
+
+
+#: most stores one shared loop nest makes (an AdamW update's three: the two moments and
+#: the parameter)
+MAX_NEST_STORES = 4
+
+
+def share_loop_nests(parts: list[PointwiseKernel]) -> list[PointwiseKernel]:
+    """The parts of a fused pointwise launch (own kernels, in order), each part that can
+    run in the loop nest of an earlier part reading the same elements made that part's
+    mate (:attr:`~simaccel.codegen.ir.PointwiseKernel.mates`). An SGD step lowers to a
+    parameter update ``p - lr * (0.9 * buf + g)`` and, later, the momentum update
+    ``0.9 * buf + g`` into ``buf``: sharing one nest they read ``buf`` and ``g`` once.
+
+    A part joins the nearest earlier nest it shares an operand with, where it can move up
+    past the parts in between (:func:`can_move_above`), loops over the same indices and
+    extents, and no store of the nest and the part reads what the other writes but at
+    the element the same iteration stores: every iteration, on any thread, then sees
+    what the separate loops would have."""
+    return _folded(parts, lambda kept, part: _nest_to_join(kept, part)
+                   if _plain_part(part) else None, lambda host: host.mates)
+
+
+def _folded(steps: list[Any], host_of: Callable[[list[Any], Any], Any],
+            members: Callable[[Any], list[Any]]) -> list[Any]:
+    """``steps`` with each step that ``host_of(kept so far, step)`` finds a host for
+    appended to that host's ``members(host)``, the others kept in order."""
+    kept: list[Any] = []
+    for step in steps:
+        host = host_of(kept, step)
+        if host is None:
+            kept.append(step)
+        else:
+            members(host).append(step)
+    return kept
+
+
+def _nest_to_join(shared: list[PointwiseKernel], part: PointwiseKernel
+                  ) -> PointwiseKernel | None:
+    """The nest of ``shared`` that ``part`` joins (see :func:`share_loop_nests`), or None."""
+    operands = _elementwise_reads(part)
+    for k in range(len(shared) - 1, -1, -1):
+        nest = shared[k]
+        if operands & (_elementwise_reads(nest) | nest.writes) and _fits_nest(nest, part):
+            return nest
+        if not all(can_move_above(part, store) for store in nest.stores):
+            return None
+    return None
+
+
+def _fits_nest(host: PointwiseKernel, part: PointwiseKernel) -> bool:
+    """Whether ``part`` can run in ``host``'s loop nest, after its stores."""
+    stores = host.stores
+    if len(stores) >= MAX_NEST_STORES or part.index != host.index or part.shape != host.shape \
+            or not part.shape or is_value(part.numel, 1) or not all(map(_plain_part, stores)):
+        return False
+    stored = {s.out.buffer: s.out.offset_source(s.index) for s in stores}
+    if part.out.buffer in stored:
+        return False
+    own = {part.out.buffer: part.out.offset_source(part.index)}
+    return _same_element(loads([part.body]), stored) and \
+        _same_element(loads([s.body for s in stores]), own)
+
+
+def _same_element(found: list[Load], written: dict[str, str]) -> bool:
+    """Whether every load of a buffer in ``written`` (buffer -> the offset its store
+    writes) reads at that offset, directly."""
+    return all(load.buffer not in written
+               or (not load.index_exprs and load.offset == written[load.buffer])
+               for load in found)
+
+
+def _elementwise_reads(kernel: PointwiseKernel) -> set[str]:
+    """Buffers a nest reads at the element it stores (its operands, not a broadcast
+    scalar such as a learning rate)."""
+    return {load.buffer for store in kernel.stores for load in loads([store.body])
+            if not load.index_exprs and load.offset == store.out.offset_source(store.index)}
+
+
+def _plain_part(part: PointwiseKernel) -> bool:
+    """A part storing one element per iteration of its own loop, no gather index check (a
+    count per iteration must stay one statement, see ``emit.flag_lines``)."""
+    return (_joins_pointwise_host(part) and not part.siblings
+            and not any(isinstance(node, Op) and node.name == "checked_index"
+                        for node in _nodes(part.body)))
+
+
+def _nodes(expr: Any) -> list[Any]:
+    """Every node of the expression DAG (each once)."""
+    seen: dict[int, Any] = {}
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen[id(node)] = node
+            stack.extend(node.children())
+    return list(seen.values())

@@ -232,6 +232,11 @@ class PointwiseKernel:
     #: pointwise kernels fused horizontally after this one (:mod:`simaccel.codegen.fusion`):
     #: one launch runs every part's loop nest in program order
     siblings: list["PointwiseKernel"] = field(default_factory=list)
+    #: parts of a fused launch computed in this part's loop nest, after its store, in
+    #: order (:func:`simaccel.codegen.fusion.share_loop_nests`): the same indices and
+    #: extents, each reading what an earlier store of the nest wrote only at the element
+    #: that iteration stored
+    mates: list["PointwiseKernel"] = field(default_factory=list)
 
     on_device: ClassVar[bool] = True
 
@@ -239,6 +244,11 @@ class PointwiseKernel:
     def parts(self) -> list["PointwiseKernel"]:
         """This kernel and its fused siblings, in program order."""
         return [self, *self.siblings]
+
+    @property
+    def stores(self) -> list["PointwiseKernel"]:
+        """Every store of this part's loop nest: its own, then its mates'."""
+        return [self, *self.mates]
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -250,14 +260,15 @@ class PointwiseKernel:
         a sibling's read of an earlier part's output counts too (it reads device memory)."""
         reads: set[str] = set()
         for part in self.parts:
-            reads.update(buffers_read([part.body, *part.store_index_exprs]))
-            if part.accumulate:
-                reads.add(part.out.buffer)
+            for store in part.stores:
+                reads.update(buffers_read([store.body, *store.store_index_exprs]))
+                if store.accumulate:
+                    reads.add(store.out.buffer)
         return frozenset(reads)
 
     @property
     def writes(self) -> frozenset[str]:
-        return frozenset(part.out.buffer for part in self.parts)
+        return frozenset(store.out.buffer for part in self.parts for store in part.stores)
 
     @property
     def numel(self) -> int:

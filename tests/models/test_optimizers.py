@@ -47,3 +47,13 @@ def test_tensor_lr_is_one_graph(name: str) -> None:
     assert unique_graphs() == 1
     assert run.max_abs_error <= MAX_ABS_ERROR, run.errors
     _assert_on_device()
+
+
+def test_sgd_momentum_updates_each_parameter_and_its_momentum_in_one_loop() -> None:
+    """The parameter update and the momentum update of each parameter share a loop nest
+    (simaccel.codegen.fusion.share_loop_nests): one kernel per parameter, not two."""
+    run = run_steps("sgd_momentum", "simaccel", "lambda", steps=4)
+    assert run.max_abs_error <= MAX_ABS_ERROR, run.errors
+    _assert_on_device()
+    kernels = simaccel.reports()[-1].kernels
+    assert [k.kind for k in kernels] == ["pointwise"] * 3, kernels  # 3 parameters
