@@ -281,7 +281,9 @@ def _compile_in_pool(kernels: list[Any], lowered: LoweredGraph, tier0: bool | st
 def _own_parts(kernel: PointwiseKernel) -> list[PointwiseKernel]:
     """The parts of a fused pointwise launch, each a kernel of its own (parts that can
     share a loop nest: one kernel, :func:`~simaccel.codegen.fusion.share_loop_nests`)."""
-    return share_loop_nests([dataclasses.replace(kernel, siblings=[]), *kernel.siblings])
+    # copies: the launch's own parts stay as lowered (its cost counts each once)
+    return share_loop_nests([dataclasses.replace(part, siblings=[], mates=[])
+                             for part in kernel.parts])
 
 
 def group_step(kernel: PointwiseKernel, parts: list[LaunchStep],

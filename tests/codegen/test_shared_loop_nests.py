@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from simaccel.codegen import numpy_lib
+from simaccel.codegen.compile import _own_parts
 from simaccel.codegen.emit_pointwise import emit_pointwise
 from simaccel.codegen.emit_numpy import emit_numpy_pointwise
 from simaccel.codegen.fusion import share_loop_nests
@@ -101,3 +102,13 @@ def test_the_shared_nest_computes_what_the_separate_loops_do():
     for name in ("buf", "p"):
         np.testing.assert_array_equal(compiled[name], separate[name])
         np.testing.assert_allclose(tier0[name], separate[name], rtol=1e-6, atol=1e-6)
+
+
+def test_a_launch_keeps_its_parts_as_lowered():
+    """The nests are made of copies: the fused launch (whose cost counts each part once)
+    and its parts stay as they were."""
+    momentum, update = _momentum_then_parameter()
+    momentum.siblings = [update]
+    nests = _own_parts(momentum)
+    assert [len(n.mates) for n in nests] == [1]
+    assert not momentum.mates and not update.mates and momentum.siblings == [update]
