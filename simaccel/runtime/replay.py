@@ -151,7 +151,7 @@ class Replay:
         except BaseException:
             self._record_partial(packed, launched, ready_ns)
             raise
-        self.dma.record_call(self.calls[packed], ready_ns=ready_ns)
+        self.dma.record_call_later(self.calls[packed], ready_ns=ready_ns)
         return wall
 
     def _download(self, host_outputs: list[Any]) -> None:

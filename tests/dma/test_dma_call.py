@@ -116,3 +116,39 @@ def test_a_call_plan_is_refused_by_an_engine_of_other_timing_or_bad_kernels():
         eng.plan_call([], ["k"], [], None)
     with pytest.raises(ValueError, match=">= 0 ns"):
         eng.plan_call([], ["k"], [-1.0], None)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_calls_recorded_later_place_trace_and_count_as_recorded_at_once(channels):
+    """``record_call_later`` holds the calls until the engine places anything else or is
+    read: interleaved with single copies (which place the held calls first) and read at
+    the end, the timeline, counters and trace equal ``record_call``'s, call by call."""
+    batches = {"h2d": pairs([300, 50, 1000]), "const": pairs([64]), "d2h": pairs([7, 900])}
+    labels = {"h2d": ["a", "b", "c"], "const": ["constant bank"], "d2h": ["out0", "out1"]}
+    at_once, later = make_engine(channels), make_engine(channels)
+    calls = {}
+    for eng in (at_once, later):
+        plans = {kind: eng.plan_batch(kind, *batches[kind], labels[kind]) for kind in batches}
+        calls[eng] = [eng.plan_call([plans["h2d"], *([plans["const"]] if const else [])],
+                                    KERNELS, DURATIONS, plans["d2h"]) for const in (0, 1)]
+    for step, ready in enumerate([0, 0, 9000, 0, 30000, 0, 0]):
+        at_once.record_call(calls[at_once][step % 2], ready_ns=ready)
+        later.record_call_later(calls[later][step % 2], ready_ns=ready)
+        if step % 3 == 2:
+            for eng in (at_once, later):
+                eng.copy_one("d2h", batches["h2d"][0][0], np.zeros(300, np.uint8), "between")
+    assert later.now_ns == at_once.now_ns
+    assert later.stats() == at_once.stats()
+    assert comparable(later.trace_events()) == comparable(at_once.trace_events())
+
+
+def test_a_loop_never_reading_the_engine_holds_a_bounded_number_of_calls():
+    from simaccel.dma.engine import PENDING_CALLS_MAX
+    eng = make_engine()
+    srcs, dsts = pairs([100])
+    call = eng.plan_call([eng.plan_batch("h2d", srcs, dsts, ["x"])], KERNELS, DURATIONS, None)
+    for _ in range(3 * PENDING_CALLS_MAX + 5):
+        eng.record_call_later(call)
+        assert len(eng._pending) < PENDING_CALLS_MAX
+    assert eng.stats()["compute_items"] == 3 * (3 * PENDING_CALLS_MAX + 5)
+    assert not eng._pending
