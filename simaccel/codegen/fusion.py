@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from simaccel.codegen.ir import (Load, Op, PointwiseKernel, ReductionKernel, StructuralKeys,
-                                 loads)
+                                 expr_nodes, loads)
 from simaccel.codegen.sizes import is_value
 
 #: reductions whose combine step is branch-free: fusing them keeps the loop vectorisable.
@@ -189,7 +189,7 @@ def _fits_nest(host: PointwiseKernel, part: PointwiseKernel) -> bool:
     """Whether ``part`` can run in ``host``'s loop nest, after its stores."""
     stores = host.stores
     if len(stores) >= MAX_NEST_STORES or part.index != host.index or part.shape != host.shape \
-            or not part.shape or is_value(part.numel, 1) or not all(map(_plain_part, stores)):
+            or not part.shape or is_value(part.numel, 1) or not _plain_part(host):
         return False
     stored = {s.out.buffer: s.out.offset_source(s.index) for s in stores}
     if part.out.buffer in stored:
@@ -219,16 +219,5 @@ def _plain_part(part: PointwiseKernel) -> bool:
     count per iteration must stay one statement, see ``emit.flag_lines``)."""
     return (_joins_pointwise_host(part) and not part.siblings
             and not any(isinstance(node, Op) and node.name == "checked_index"
-                        for node in _nodes(part.body)))
+                        for node in expr_nodes([part.body])))
 
-
-def _nodes(expr: Any) -> list[Any]:
-    """Every node of the expression DAG (each once)."""
-    seen: dict[int, Any] = {}
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        if id(node) not in seen:
-            seen[id(node)] = node
-            stack.extend(node.children())
-    return list(seen.values())

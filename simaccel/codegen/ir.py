@@ -119,20 +119,24 @@ def count_ops(expr: Expr, limit: int = 1000) -> int:
     return len(seen)
 
 
-def loads(exprs: list[Expr]) -> list[Load]:
-    """Every load in the expressions (each node once), in first-seen order."""
+def expr_nodes(exprs: list[Expr]) -> list[Expr]:
+    """Every node of the expressions once, parents before children, in first-seen order."""
     seen: set[int] = set()
-    found: list[Load] = []
+    order: list[Expr] = []
     stack = list(exprs)
     while stack:
         node = stack.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
-        if isinstance(node, Load):
-            found.append(node)
+        order.append(node)
         stack.extend(node.children())
-    return found
+    return order
+
+
+def loads(exprs: list[Expr]) -> list[Load]:
+    """Every load in the expressions (each node once), in first-seen order."""
+    return [node for node in expr_nodes(exprs) if isinstance(node, Load)]
 
 
 def buffers_read(exprs: list[Expr]) -> list[str]:

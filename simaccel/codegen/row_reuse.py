@@ -37,7 +37,8 @@ from simaccel.codegen.emit import COSTLY_OPS
 from simaccel.codegen.fusion_rows import (joins_as_pointwise, loop_positions,
                                           pointwise_geometry, reduction_geometry, sources)
 from simaccel.codegen.ir import (Const, Expr, IndexValue, Load, Op, PointwiseKernel,
-                                 ReductionKernel, RowKernel, affine, contiguous_strides)
+                                 ReductionKernel, RowKernel, affine, contiguous_strides,
+                                 expr_nodes)
 from simaccel.codegen.sizes import source
 
 #: the dtypes a value is stored in exactly as the pass computes it
@@ -114,7 +115,7 @@ def _earlier_match(earlier: list[Any], stage: PointwiseKernel, geometry: Any
             continue
         keys = _ElementKeys(reduction_geometry(other))
         for part in other.parts:
-            for node in _nodes(part.body):
+            for node in expr_nodes([part.body]):
                 match = wanted.get(keys(node))
                 if match is not None and node.dtype == stage.body.dtype and \
                         (best is None or match[0] > best[0]):
@@ -129,7 +130,7 @@ def _costly_nodes(body: Expr, geometry: Any) -> dict[Any, tuple[int, Expr]]:
     keys = _ElementKeys(geometry)
     costs = _costly_ops(body)
     found: dict[Any, tuple[int, Expr]] = {}
-    for node in _nodes(body):
+    for node in expr_nodes([body]):
         cost = costs[id(node)]
         if cost and isinstance(node, Op):
             key = keys(node)
@@ -191,21 +192,6 @@ def read_positions(offset: str, names: tuple[str, ...], shape: tuple[str, ...]
     if values is None:
         return None
     return hashlib.sha256(np.ascontiguousarray(values, dtype=np.int64).tobytes()).hexdigest()
-
-
-def _nodes(body: Expr) -> list[Expr]:
-    """Every node of ``body`` once, parents before children."""
-    seen: set[int] = set()
-    order: list[Expr] = []
-    stack = [body]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        order.append(node)
-        stack.extend(node.children())
-    return order
 
 
 def _costly_ops(body: Expr) -> dict[int, int]:

@@ -51,6 +51,30 @@ COMPUTE_TRACK = "compute"
 PENDING_CALLS_MAX = 64
 
 
+class _SettlingLock:
+    """The engine's lock: taking it places the calls :meth:`DmaEngine.record_call_later`
+    holds first, so whatever runs under it (a placement, a read of the timeline, trace or
+    counters) sees them placed as if each had been when it came. ``raw``: the lock
+    alone."""
+
+    __slots__ = ("raw", "_place")
+
+    def __init__(self, place: Any) -> None:
+        self.raw = threading.Lock()
+        self._place = place
+
+    def __enter__(self) -> None:
+        self.raw.acquire()
+        try:
+            self._place()
+        except BaseException:
+            self.raw.release()
+            raise
+
+    def __exit__(self, *exc: Any) -> None:
+        self.raw.release()
+
+
 def channel_track(index: int) -> str:
     """Name of DMA channel ``index``'s track (as shown in the trace)."""
     return f"DMA channel {index}"
@@ -85,7 +109,7 @@ class DmaEngine:
         self.bandwidth_gbps = float(bandwidth_gbps)
         self.latency_ns = float(latency_ns)
         tracks = [channel_track(i) for i in range(channels)] + [COMPUTE_TRACK]
-        self._lock = threading.Lock()
+        self._lock = _SettlingLock(self._place_pending)
         self._clock = SimClock(tracks)
         self._trace = TraceRecorder(tracks, max_trace_events, decode_args=trace_args)
         self._next_channel = 0
@@ -116,7 +140,6 @@ class DmaEngine:
         placed: list[tuple[int, float, float, int]] = []
         runs = kind_runs(descs)
         with self._lock:
-            self._place_pending()
             if len(runs) == 1:
                 self._transfer(runs[0][0], *runs[0][1], None, not_before_ns, placed)
             else:
@@ -156,7 +179,6 @@ class DmaEngine:
         ``dsts[i]`` is ignored (None).
         Returns the end of the last copy (ns; ``not_before_ns`` if there is none)."""
         with self._lock:
-            self._place_pending()
             return self._transfer(kind, srcs, dsts, labels, staged, mapped, not_before_ns)
 
     def plan_batch(self, kind: str, srcs: Sequence[np.ndarray],
@@ -189,7 +211,6 @@ class DmaEngine:
             self.place_moved(plan, failed.done, not_before_ns)
             raise failed.cause from None
         with self._lock:
-            self._place_pending()
             return self._place_planned(plan, not_before_ns)
 
     def move_batch(self, plan: BatchPlan, srcs: Sequence[np.ndarray],
@@ -210,7 +231,6 @@ class DmaEngine:
         """Place, trace and count the first ``done`` pairs of a planned batch that
         stopped at a bad pair; returns their end (ns)."""
         with self._lock:
-            self._place_pending()
             return self._place(plan.kind, STAT_KEYS[plan.kind], plan.labels, [
                 (plan.nbytes[i], plan.staged[i], plan.mapped[i], plan.strided[i])
                 for i in range(done)], not_before_ns, None, None)
@@ -234,7 +254,6 @@ class DmaEngine:
         if call.timing is not self._timing:
             check_timing("call plan", call.timing, self._timing)
         with self._lock:
-            self._place_pending()
             return self._place_call(call, not_before_ns, ready_ns)
 
     def record_call_later(self, call: CallPlan, ready_ns: float = 0.0) -> None:
@@ -246,7 +265,7 @@ class DmaEngine:
         10-12 us between a training step's kernels, whose work left the caches cold."""
         if call.timing is not self._timing:
             check_timing("call plan", call.timing, self._timing)
-        with self._lock:
+        with self._lock.raw:  # the call joins the held ones, placing none of them
             pending = self._pending
             pending.append((call, ready_ns))
             if len(pending) >= PENDING_CALLS_MAX:
@@ -310,7 +329,6 @@ class DmaEngine:
         """:meth:`copy_many` of one pair, without the lists (the constant bank's update
         rides on every call whose lifted scalars changed). Returns its end (ns)."""
         with self._lock:
-            self._place_pending()
             return self._transfer(kind, (src,), (dst,), (label,), (staged,) if staged else None,
                                   None, not_before_ns)
 
@@ -381,7 +399,6 @@ class DmaEngine:
                          *, args: dict[str, Any] | None = None) -> tuple[float, float]:
         """Put a kernel of ``duration_ns`` on the serial compute track; returns (start, end) ns."""
         with self._lock:
-            self._place_pending()
             tid = self.channels
             start, end = self._clock.reserve(COMPUTE_TRACK, duration_ns, not_before_ns)
             self._trace.record_span(name, "compute", tid, start, end - start,
@@ -394,20 +411,17 @@ class DmaEngine:
     def now_ns(self) -> float:
         """End of the latest item on any track (ns)."""
         with self._lock:
-            self._place_pending()
             return self._clock.now_ns
 
     @property
     def compute_free_ns(self) -> float:
         """Time the compute track finishes its queued kernels (ns)."""
         with self._lock:
-            self._place_pending()
             return self._clock.free_at(COMPUTE_TRACK)
 
     def channel_free_ns(self, channel: int) -> float:
         """Time DMA channel ``channel`` finishes its queued descriptors (ns)."""
         with self._lock:
-            self._place_pending()
             return self._clock.free_at(channel_track(channel))
 
     def stats(self) -> dict[str, float]:
@@ -417,7 +431,6 @@ class DmaEngine:
         their kind's bytes and in ``descriptors``); ``descriptors``; ``bursts``;
         ``busy_ns`` (sum of channel busy time, ns); ``compute_ns``/``compute_items``; ``timeline_ns`` (latest end on any track, ns)."""
         with self._lock:
-            self._place_pending()
             self._fold_calls()
             out = dict(self._stats)
             out["busy_ns"] = sum(self._clock.busy_ns(channel_track(i))
@@ -428,7 +441,6 @@ class DmaEngine:
     def reset_stats(self) -> None:
         """Zero the counters, clear the trace and restart the timeline at 0 ns."""
         with self._lock:
-            self._place_pending()
             self._stats = zero_stats()
             self._calls.clear()
             self._clock.reset()
@@ -438,18 +450,15 @@ class DmaEngine:
     def trace_events(self) -> list[TraceEvent]:
         """The retained trace events, oldest first."""
         with self._lock:
-            self._place_pending()
             return self._trace.events()
 
     def chrome_trace(self, **process: Any) -> dict[str, Any]:
         """The trace as a Chrome Trace Event JSON object (``process``: its ``pid`` and
         ``process_name``)."""
         with self._lock:
-            self._place_pending()
             return self._trace.to_chrome_trace(**process)
 
     def export_chrome_trace(self, path: str | os.PathLike[str], **process: Any) -> None:
         """Write the trace to ``path`` as Chrome Trace Event JSON (loadable in Perfetto)."""
         with self._lock:
-            self._place_pending()
             self._trace.export(path, **process)
