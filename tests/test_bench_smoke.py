@@ -382,6 +382,11 @@ def test_quick_leaves_the_slow_compiling_kernels_to_an_explicit_selection():
     # rows only when named
     assert opt_in[("kernel/chain8[64K f32]", "dynamo_eager")]
     assert not opt_in[("kernel/chain8[64K f32]", "eager")]
+    # so are its optimizer and training steps (each compiles graphs of its own)
+    assert opt_in[("optim/adamw_step[10x64x64]", "dynamo_eager")]
+    assert not opt_in[("optim/adamw_step[10x64x64]", "eager")]
+    assert all(opt for (key, backend), opt in opt_in.items()
+               if key.startswith("optim/") and backend == "dynamo_eager")
     assert not quick["kernel/chain8[64K f32]"] and not quick["kernel/gpt2[1 layer, 2x16 tokens]"]
     assert not full["kernel/sort_last[1024x4096]"] and not full["kernel/topk16[1024x4096 k16]"]
 

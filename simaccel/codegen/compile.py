@@ -270,7 +270,7 @@ def _compile_in_pool(kernels: list[Any], lowered: LoweredGraph, tier0: bool | st
     # the graph's background compiles start the workers anyway); those have a tier-0
     # form and reach the workers when the first call returns (deferred)
     waited = compile_pool.submit(_CACHE.root, now) \
-        if now and (len(now) >= compile_pool.MIN_JOBS or later) else {}
+        if now and (compile_pool.worth_sending(len(now)) or later) else {}
     background = {source: future for future, source in
                   compile_pool.submit_deferred(_CACHE.root, later).items()} if later else {}
     background.update({source: future for future, source in

@@ -12,8 +12,9 @@ twice.
 
 ``SIMACCEL_COMPILE_WORKERS`` sets the number of workers (default: the CPU count, at most
 4; ``0`` or ``1``: compile serially in this process). A graph with fewer than
-:data:`MIN_JOBS` misses compiles serially: a fork and a round trip cost more than they
-save. A worker that fails or dies is reported in the log and its kernels compile in this
+:data:`MIN_JOBS` misses compiles serially while no workers run: starting them costs more
+than the compiles save; once they run, two misses go to them (:func:`worth_sending`). A
+worker that fails or dies is reported in the log and its kernels compile in this
 process (where a real compile error then raises as usual).
 
 Background compiles (kernels a graph's first call runs in tier 0, :mod:`.tiered`) are
@@ -40,8 +41,12 @@ from typing import Any
 
 log = logging.getLogger("simaccel.codegen")
 
-#: fewest cache misses in one graph worth sending to the workers
+#: fewest cache misses in one graph worth starting the workers for
 MIN_JOBS = 3
+#: fewest worth sending to workers already running: two compile side by side in about
+#: half the time (a round trip costs ~1 ms; ``simaccel bench --quick``, whose graphs
+#: compile every kernel before their first call: 61.0 s -> 58.9 s)
+MIN_JOBS_RUNNING = 2
 #: most workers by default (a compile is single-threaded; more rarely pays on a laptop)
 DEFAULT_MAX_WORKERS = 4
 #: seconds to wait for the workers' compiles of one graph before compiling here instead
@@ -73,11 +78,17 @@ def parallel() -> bool:
     return worker_count() >= 2 and sys.platform.startswith("linux")
 
 
+def worth_sending(misses: int) -> bool:
+    """Whether a graph's ``misses`` kernels to compile before its first call go to the
+    workers (:data:`MIN_JOBS`, or :data:`MIN_JOBS_RUNNING` while they run)."""
+    return parallel() and misses >= (MIN_JOBS_RUNNING if _POOL is not None else MIN_JOBS)
+
+
 def precompile(root: Path, jobs: Sequence[tuple[str, tuple[str, ...]]]) -> set[str]:
     """Compile ``jobs`` ((source, signature) of kernels this process does not have) in the
     workers, writing them into the cache at ``root``; returns the sources a worker
     compiled (the rest compile or load in this process as usual)."""
-    if len(jobs) < MIN_JOBS or not parallel():
+    if not worth_sending(len(jobs)):
         return set()
     return collect(submit(root, jobs))
 

@@ -91,6 +91,21 @@ def test_serial_when_asked_or_when_too_few_kernels(tmp_path, monkeypatch):
     assert not any(tmp_path.glob("sk_*.py"))  # nothing was compiled
 
 
+def test_two_misses_go_to_running_workers_but_do_not_start_them(tmp_path, monkeypatch):
+    """Starting the workers costs more than two compiles save; once they run, two
+    compile side by side."""
+    monkeypatch.setenv("SIMACCEL_COMPILE_WORKERS", "2")
+    compile_pool.shutdown()
+    two = [(_source(k), SIG) for k in (3, 4)]
+    assert compile_pool.precompile(KernelCache(tmp_path / "idle").root, two) == set()
+    three = [(_source(k), SIG) for k in (5, 6, 7)]
+    assert compile_pool.precompile(KernelCache(tmp_path / "start").root, three) == \
+        {source for source, _ in three}
+    assert compile_pool.precompile(KernelCache(tmp_path / "running").root, two) == \
+        {source for source, _ in two}
+    assert not compile_pool.worth_sending(1)
+
+
 def test_a_graph_compiled_by_the_workers_equals_eager(monkeypatch):
     monkeypatch.setenv("SIMACCEL_COMPILE_WORKERS", "2")
     scale = float(np.random.default_rng().integers(1 << 20)) + 0.25  # new kernel sources
