@@ -206,9 +206,7 @@ def emit_numpy_pointwise(k: PointwiseKernel) -> str:
         store = (f"    lib.scatter({k.out.buffer}, np.uint64({offset}), {result}, {shape}, "
                  f"{k.accumulate})")
     else:
-        offset = vectorized(k.out.offset_source(k.index))
-        value = vectorized(store_source(result, k.body.dtype))
-        store = f"    lib.store({k.out.buffer}, np.uint64({offset}), {value}, {shape})"
+        store = _array_store(k, result, shape)
     return _module(lines + body.lines + [store])
 
 
@@ -220,12 +218,15 @@ def _numpy_shared_nest(k: PointwiseKernel) -> str:
     shape = _shape_source(k.shape)
     for j, store in enumerate(k.stores):
         body = ArrayBodyEmitter("    ", prefix=f"s{j}t")
-        result = body.value(store.body)
-        offset = vectorized(store.out.offset_source(store.index))
-        value = vectorized(store_source(result, store.body.dtype))
-        lines += body.lines + [
-            f"    lib.store({store.out.buffer}, np.uint64({offset}), {value}, {shape})"]
+        lines += body.lines + [_array_store(store, body.value(store.body), shape)]
     return _module(lines)
+
+
+def _array_store(k: PointwiseKernel, result: str, shape: str) -> str:
+    """The statement storing array ``result`` at every element of ``k``'s output."""
+    offset = vectorized(k.out.offset_source(k.index))
+    value = vectorized(store_source(result, k.body.dtype))
+    return f"    lib.store({k.out.buffer}, np.uint64({offset}), {value}, {shape})"
 
 
 def emit_numpy_reduction(k: ReductionKernel) -> str:

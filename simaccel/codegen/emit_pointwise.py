@@ -97,7 +97,6 @@ def _plain_store(k: PointwiseKernel, indent: str, result: str) -> str:
             f"{store_source(result, k.body.dtype)}")
 
 
-
 def _stored(result: str, dtype: str, target: str, accumulate: bool) -> str:
     """The value a scatter kernel stores at ``target``: ``result``, or ``target + result``
     when it accumulates (a 16-bit float target is loaded, added in float32, rounded)."""

@@ -176,8 +176,7 @@ def _nest_to_join(shared: list[PointwiseKernel], part: PointwiseKernel
                   ) -> PointwiseKernel | None:
     """The nest of ``shared`` that ``part`` joins (see :func:`share_loop_nests`), or None."""
     operands = _elementwise_reads(part)
-    for k in range(len(shared) - 1, -1, -1):
-        nest = shared[k]
+    for nest in reversed(shared):
         if operands & (_elementwise_reads(nest) | nest.writes) and _fits_nest(nest, part):
             return nest
         if not all(can_move_above(part, store) for store in nest.stores):
