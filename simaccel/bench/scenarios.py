@@ -234,15 +234,16 @@ def measure_compile(backend: str, phase: str, cache_root: str,
 def first_calls_record(scenario: str, backend: str, runs: list[dict[str, Any]]) -> Record:
     """The record of one or more first calls in new processes (their JSON results): the
     median seconds, every run's (``runs_s``) and the fastest, and the median run's
-    process time, graphs, compile phases, background-compile time, kernel cache hits and
-    lifted scalars."""
+    process time, graphs, compile phases, background-compile time, kernel cache hits,
+    lifted scalars and seconds of garbage collection inside the call (``gc_s``)."""
     first = [r["first_call_s"] for r in runs]
     middle = sorted(runs, key=lambda r: r["first_call_s"])[(len(runs) - 1) // 2]
     return Record("compile", scenario, backend, measure.median(first), len(runs),
                   {"runs_s": first, "min_s": min(first), "process_s": middle["process_s"],
                    "graphs": middle["graphs"], "compiled_s": middle.get("compiled_s"),
                    "simaccel_cache_hits": middle.get("kernel_cache_hits"),
-                   "phases_s": middle.get("phases_s"), "lifted": middle.get("lifted")})
+                   "phases_s": middle.get("phases_s"), "lifted": middle.get("lifted"),
+                   "gc_s": middle.get("gc_s")})
 
 
 def measure_cold_rounds(backends: Sequence[str], cache_root: str, rounds: int,

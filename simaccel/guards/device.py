@@ -157,13 +157,19 @@ def _int_fact(graph_input: GraphInput,
               example: Any) -> tuple[dict[str, Any], Guard | AddedGuard | None]:
     value = graph_input.value
     if graph_input.source is not None and graph_input.tensor_property is None:
-        # A lifted int is a SymInt: its slot guard joins Dynamo's shape-env guards, which
-        # run in the frame's one folded Python check (dynamo.SIMACCEL_SHAPE_ENV) with the
-        # device-config check: ~35 ns per call, no lambda of its own. Listed in the report
-        # as a shape-env guard.
+        # A lifted int is a SymInt. Its slot guard is a Python expression in the frame's
+        # folded check (~30 ns per call) where its source is a plain chain: a shape-env
+        # guard costs as little per call, but its sympy relation is often the compile's
+        # first sympy sum, which imports sympy.tensor (~50 ms of a first compile).
+        text = f"{INT32_MIN} <= {graph_input.source} < {INT32_END}"
+        if isinstance(example, torch.SymInt):
+            record = add_source_expression(INT_SLOT, graph_input.source, text)
+            if record is not None:
+                return {"int_bits": 32 if record.compiled_result else 64}, record
+        # Otherwise it joins Dynamo's shape-env guards, which run in the same folded
+        # check (dynamo.SIMACCEL_SHAPE_ENV), listed in the report as a shape-env guard.
         fits = dynamo.guard_symint_range(example, INT32_MIN, INT32_END, INT_SLOT)
         if fits is not None:
-            text = f"{INT32_MIN} <= {graph_input.source} < {INT32_END}"
             return {"int_bits": 32 if fits else 64}, record_shape_env_guard(
                 INT_SLOT, graph_input.source, text if fits else f"not ({text})", fits)
     if not isinstance(value, int) or graph_input.source is None:

@@ -136,8 +136,37 @@ def test_symbolic_sizes_go_to_aotautograd():
     x = torch.randn(5, 7)
     torch.testing.assert_close(_compile(lambda t: t.softmax(-1), dynamic=True)(x),
                                x.softmax(-1))
-    assert _capture() == ("AOTAutograd (an input is not a plain tensor "
-                          "(a size, a scalar or a tensor subclass))")
+    assert _capture() == "AOTAutograd ('l_t_' has a symbolic size or a data-dependent scalar)"
+
+
+def test_a_lifted_int_is_traced_once_and_changes_without_a_recompile():
+    """A lifted int reaches the backend as a backed SymInt beside plain tensors: one
+    make_fx trace takes it as an int placeholder, as AOTAutograd's capture does."""
+    def f(x, n, lr):
+        return (x * n).relu() - lr * n
+
+    compiled = _compile(f)
+    x = torch.randn(6, 5)
+    with torch.no_grad():
+        for n, lr in ((3, 0.5), (7, 0.25), (-2, 1.5)):
+            out, expected = compiled(x, n, lr), f(x, n, lr)
+            assert out.shape == expected.shape and out.dtype == expected.dtype
+            torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert torch._dynamo.utils.counters["aot_autograd"]["total"] == 0
+    assert _capture() == TRACED_ONCE
+    assert "L['n']" in str(simaccel.reports()[-1].guards).split("value guards kept")[0]
+    assert_ran_on_device(expect_graphs=1)
+
+
+def test_a_lifted_int_in_a_training_graph_goes_to_aotautograd():
+    simaccel.clear_reports()
+    x = torch.randn(4, 3, requires_grad=True)
+    out = _compile(lambda t, n: (t * n).sum())(x, 3)
+    out.backward()
+    torch.testing.assert_close(x.grad, torch.full((4, 3), 3.0))
+    assert [r.graph.split("_")[-1] for r in simaccel.reports()] == ["forward", "backward"]
+    assert torch._dynamo.utils.counters["aot_autograd"]["total"] == 1
 
 
 def test_autocast_goes_to_aotautograd():

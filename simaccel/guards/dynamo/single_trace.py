@@ -4,9 +4,11 @@ AOTAutograd traces a Dynamo graph twice: a metadata pass (functionalized, on fak
 that finds what the graph mutates and which outputs alias, then a functionalized
 ``make_fx`` capture. On a cold GPT-2-style forward that is ~0.45 s; one plain ``make_fx``
 trace of the same graph under Dynamo's fake mode, with the same decompositions, is
-~0.2 s. Take a graph that needs no gradient, has static shapes and no symbolic ints,
-mutates nothing and returns no alias of an input or of another output. (Lifted floats,
-read with ``.item()``, are allowed: the tensorify pass runs as under AOTAutograd.)
+~0.2 s. Take a graph that needs no gradient, has static shapes, mutates nothing and
+returns no alias of an input or of another output. (Lifted floats, read with ``.item()``,
+are allowed: the tensorify pass runs as under AOTAutograd; so are lifted ints, backed
+SymInts beside the tensors, which the trace takes as int placeholders as AOTAutograd's
+does: a frame lifting an int no longer pays AOTAutograd's two passes.)
 Functionalization has nothing to rewrite in it and AOTAutograd's runtime wrapper nothing
 to do, so the one trace gives the graph AOTAutograd would have given, and the backend
 calls its program directly.
@@ -64,7 +66,7 @@ def compile_inference_once(frame_gm: torch.fx.GraphModule, example_inputs: list[
     fake_mode = _tracing_context().fake_mode
     with dynamo_timed("create_aot_dispatcher_function"):
         fakes = _fake_inputs(example_inputs, fake_mode)
-        if any(_symbolic(fake) for fake in fakes):
+        if any(isinstance(fake, torch.Tensor) and _symbolic(fake) for fake in fakes):
             return "an input has symbolic sizes"
         try:
             graph = _trace(frame_gm, fakes, decompositions, fake_mode)
@@ -98,9 +100,11 @@ def why_not_traced_once(frame_gm: torch.fx.GraphModule, example_inputs: list[Any
     checks: tuple[tuple[Callable[[], bool], str], ...] = (
         (lambda: getattr(context, "ddp_optimizer_ctx", None) is not None,
          "a DDPOptimizer split"),
-        (lambda: any(type(x) not in (torch.Tensor, torch.nn.Parameter) for x in example_inputs),
-         "an input is not a plain tensor (a size, a scalar or a tensor subclass)"),
-        (lambda: torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs),
+        (lambda: not all(map(_plain_input, example_inputs)),
+         "an input is neither a plain tensor nor a backed int (a tensor subclass, an "
+         "unbacked int or a scalar of another type)"),
+        (lambda: torch.is_grad_enabled() and any(
+            isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs),
          "the graph is traced for training"),
         (lambda: bool(module_held(frame_gm)), "the frame module holds parameters or buffers"),
     )
@@ -119,12 +123,19 @@ def _dynamo_graph_reason(frame_gm: torch.fx.GraphModule) -> str | None:
         if node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
             return f"'{node.name}' is a higher-order op"
         value = node.meta.get("example_value")
-        if isinstance(value, (torch.SymInt, torch.SymBool)) \
-                or (isinstance(value, torch.SymFloat) and not value.node.has_hint()) \
+        if isinstance(value, (torch.SymInt, torch.SymBool, torch.SymFloat)) \
+                and not value.node.has_hint() \
                 or (isinstance(value, torch.Tensor) and _symbolic(value)):
-            return f"'{node.name}' has a symbolic size, a symbolic int or bool, " \
-                "or a data-dependent float"
+            return f"'{node.name}' has a symbolic size or a data-dependent scalar"
     return None
+
+
+def _plain_input(value: Any) -> bool:
+    """A plain tensor, or a backed symbolic int (a lifted int, a size): make_fx traces
+    it as an int placeholder, as AOTAutograd's capture does."""
+    if isinstance(value, torch.SymInt):
+        return value.node.has_hint()
+    return type(value) in (torch.Tensor, torch.nn.Parameter)
 
 
 def _tensorify_lifted_floats(graph: torch.fx.GraphModule, fake_mode: Any) -> None:
@@ -157,6 +168,9 @@ def _fake_inputs(example_inputs: list[torch.Tensor], fake_mode: Any) -> list[tor
     fakes = []
     with fake_mode:
         for x in example_inputs:
+            if isinstance(x, torch.SymInt):
+                fakes.append(x)  # traced as Dynamo's symbol, as AOTAutograd passes it
+                continue
             context = contexts[x] if x in contexts else None
             fakes.append(fake_mode.from_tensor(
                 x, symbolic_context=context, trace=context is None,
@@ -206,7 +220,8 @@ def _traced_graph_reason(graph: torch.fx.GraphModule, fakes: list[torch.Tensor])
     outputs = next(n for n in reversed(graph.graph.nodes) if n.op == "output").args[0]
     if not isinstance(outputs, (list, tuple)):
         return "the graph's output is not a tuple"
-    seen = {StorageWeakRef(fake.untyped_storage()) for fake in fakes}
+    seen = {StorageWeakRef(fake.untyped_storage()) for fake in fakes
+            if isinstance(fake, torch.Tensor)}
     for out in outputs:
         value = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
         if not isinstance(value, torch.Tensor):
