@@ -179,6 +179,11 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     frame_facts = frame_input_facts(guard_report.device_plan, len(example_inputs))
     #: the forward graph and its input facts, for the backward graph AOTAutograd compiles next
     forward_seen: list[tuple[torch.fx.GraphModule, list[InputFacts]]] = []
+    #: a training graph's compiled forward and how to call it without AOTAutograd's
+    #: runtime wrapper (a TrainingSpec), or why not (str)
+    training: list[tuple[CompiledGraph, dynamo.TrainingSpec | str]] = []
+    #: the call that takes the direct way once the backward is compiled
+    training_call: list[dynamo.TrainingCall] = []
 
     ddp = ddp_note()
 
@@ -193,13 +198,19 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
                                     bounds, version_bumped), ddp, rewrites)
 
     def fw_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
-        return compile_forward(graph, inputs, dynamo.version_bumped_inputs(graph), True)
+        compiled = compile_forward(graph, inputs, dynamo.version_bumped_inputs(graph), True)
+        training.append((compiled, dynamo.training_spec(gm, graph, len(example_inputs),
+                                                        autocast)))
+        return compiled
 
     def bw_compiler(graph: torch.fx.GraphModule, inputs: list[Any]) -> CompiledGraph:
         forward, fw_facts = forward_seen[-1]
         facts = backward_input_facts(fw_facts, forward, graph, get_device().config.alignment)
-        return _noted(compile_graph(graph, inputs, opts, "backward", facts, guard_report,
-                                    bounds), ddp)
+        compiled = _noted(compile_graph(graph, inputs, opts, "backward", facts, guard_report,
+                                        bounds), ddp)
+        if training_call:
+            training_call[-1].backward_compiled(compiled, graph, forward)
+        return compiled
 
     inference: list[tuple[CompiledGraph, dynamo.DirectCall | str]] = []
     autocast = any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
@@ -222,7 +233,27 @@ def simaccel_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
                                         inference_compiler=inference_compiler,
                                         decompositions=table)
         called = _call_path(gm, forward, inference, f"AOTAutograd ({once})")
+        if training:
+            called = _training_path(forward, *training[-1])
+            if isinstance(called, dynamo.TrainingCall):
+                training_call.append(called)
     return seeded(called) if seeded_dropouts else called
+
+
+def _training_path(forward: Callable[..., Any], compiled: CompiledGraph,
+                   spec: dynamo.TrainingSpec | str) -> Callable[..., Any]:
+    """What Dynamo calls for a training graph: AOTAutograd's runtime wrapper, or, where
+    the graph needs none of it, a :class:`~simaccel.guards.dynamo.TrainingCall` (the
+    wrapper until the backward is compiled). The choice goes in the forward's report."""
+    if isinstance(spec, str):
+        path, called = f"AOTAutograd runtime wrapper ({spec})", forward
+    else:
+        path = "direct training call (an autograd.Function of simaccel's own, no " \
+               "AOTAutograd runtime wrapper, from the call after the backward compiled)"
+        called = dynamo.TrainingCall(forward, compiled, spec)
+    if compiled.report is not None:
+        compiled.report.call_path = path
+    return called
 
 
 def ddp_note() -> str:

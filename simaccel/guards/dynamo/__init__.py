@@ -29,6 +29,8 @@ Modules, by concern:
   wrapper is needed, what a backward graph's inputs are in the forward graph.
 * :mod:`.single_trace`: an inference graph AOTAutograd would trace twice for nothing is
   traced to ATen once.
+* :mod:`.training`: a training graph without mutations, aliases or symbolic sizes is
+  called in an ``autograd.Function`` of its own, without AOTAutograd's runtime wrapper.
 * :mod:`.rawargs`: lifted scalars reach a directly called graph as Python numbers.
 * :mod:`.megacache`: simaccel's artifact type in torch's Mega-Cache.
 * :mod:`.ddp`: the DDP module whose forward is compiling, the DDPOptimizer split index.
@@ -66,6 +68,7 @@ from simaccel.guards.dynamo.logs import register_torch_logs
 from simaccel.guards.dynamo.rawargs import pass_scalars_unwrapped
 from simaccel.guards.dynamo.retrace import pending_retrace, request_retrace, restart_trace
 from simaccel.guards.dynamo.single_trace import compile_inference_once
+from simaccel.guards.dynamo.training import TrainingCall, TrainingSpec, training_spec
 from simaccel.guards.dynamo.shapes import shape_guard_count, shape_guards_since
 from simaccel.guards.dynamo.unliftable import changed_sources, remember_unliftable, unliftable
 from simaccel.guards.dynamo.values import (
@@ -84,5 +87,5 @@ __all__ = [
     "is_module_state", "megacache", "pass_scalars_unwrapped", "pending_retrace", "readable_guards", "register_torch_logs",
     "remember_unliftable", "request_retrace", "restart_trace", "resolve_source", "DirectCall", "direct_call", "version_bumped_inputs",
     "scalar_inputs", "shape_guard_count", "shape_guards_since", "size_hint", "symbol_predicates", "unliftable", "unset_fake_temporarily",
-    "value_guard_sites",
+    "value_guard_sites", "TrainingCall", "TrainingSpec", "training_spec",
 ]

@@ -167,7 +167,7 @@ def direct_call(frame_gm: torch.fx.GraphModule, graph: torch.fx.GraphModule,
         reason = "the graph's inputs are not the frame's (deduplicated or merged inputs)"
     if reason is not None:
         return reason
-    reason = _metadata_reason(meta)
+    reason = metadata_reason(meta)
     if reason is not None:
         return reason
     return DirectCall(held, tuple(meta.mutated_graph_handled_indices_seen_by_autograd))
@@ -197,7 +197,7 @@ def module_held(frame_gm: torch.fx.GraphModule) -> tuple[torch.Tensor, ...]:
     return (*params.values(), *buffers.values())
 
 
-def _metadata_reason(meta: Any) -> str | None:
+def metadata_reason(meta: Any) -> str | None:
     """What in AOTAutograd's ``ViewAndMutationMeta`` needs the wrapper, or None."""
     from torch._functorch._aot_autograd.schemas import (MutationType, OutputType,
                                                         SubclassCreationMeta)
