@@ -81,6 +81,13 @@ def _array_type(dtype: str) -> str:
 
 
 _BUFFER_NAME = re.compile(r"\bbuf\d+\b")
+#: a library call's output buffer of at least this many bytes may be a host-mapped output:
+#: the call copies its result into the caller's array instead of into device memory and
+#: from there into the caller's array again. Below it, the per-call rebinding of the
+#: call's tensor views costs more than the copy saved (causal attention's 1 MB output:
+#: ~5% slower mapped); a grouped convolution's 6.4 MB output: 12.2 -> 9.6 ms a call
+#: mapped (both forms compiled in one process, calls interleaved).
+LIBRARY_MAPPED_MIN_BYTES = 4 << 20
 
 
 def _positional_names(source: str, args: list[str]) -> str:
@@ -278,6 +285,25 @@ def _compile_in_pool(kernels: list[Any], lowered: LoweredGraph, tier0: bool | st
     return prepared, frozenset(compile_pool.collect(waited)), background
 
 
+def _library_copied(lowered: LoweredGraph, buffers: dict[str, BufferDecl],
+                    aliases: dict[str, str]) -> set[str]:
+    """Buffers written by a library call that computes into a tensor of its own, too
+    small for mapping to pay (:data:`LIBRARY_MAPPED_MIN_BYTES`): never host-mapped
+    outputs (:func:`~simaccel.runtime.hostmap.place_mapped_outputs`)."""
+    copied = set()
+    for item in lowered.steps:
+        if not isinstance(item, LibraryKernel) or getattr(item.fn, "writes_output_in_place",
+                                                          False):
+            continue
+        for name in item.writes:
+            name = aliases.get(name, name)
+            decl = buffers.get(name)
+            size = decl.numel if decl is not None else None
+            if not isinstance(size, int) or size * decl.itemsize < LIBRARY_MAPPED_MIN_BYTES:
+                copied.add(name)
+    return copied
+
+
 def _own_parts(kernel: PointwiseKernel) -> list[PointwiseKernel]:
     """The parts of a fused pointwise launch, each a kernel of its own (parts that can
     share a loop nest: one kernel, :func:`~simaccel.codegen.fusion.share_loop_nests`)."""
@@ -417,8 +443,7 @@ def assemble(lowered: LoweredGraph, inputs: tuple[InputPlan, ...], device: Any, 
         {n: b.itemsize for n, b in buffers.items()},
         [host_c_contiguous(m) for m in lowered.output_meta] + [False] * len(written),
         device.config.host_map_min_bytes, len(lowered.outputs),
-        {aliases.get(b, b) for item in lowered.steps if isinstance(item, LibraryKernel)
-         and not getattr(item.fn, "writes_output_in_place", False) for b in item.writes})
+        _library_copied(lowered, buffers, aliases))
     asserts = tuple(lowered.size_asserts)
     symbols, traced = symbol_sources(lowered.inputs, _size_names(buffers, steps, outputs)
                                      + names_of(text for text, _ in asserts))

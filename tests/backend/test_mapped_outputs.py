@@ -97,3 +97,26 @@ def test_a_transposed_output_stays_a_device_copy():
     out = compiled(x)
     torch.testing.assert_close(out, (x + 1.0).t(), rtol=0, atol=0)
     assert out.stride() == (x + 1.0).t().stride()
+
+
+def test_a_large_library_output_is_mapped_and_a_small_one_copied():
+    """A library call computes into a tensor of its own: its output is mapped (copied once,
+    into the call's tensor) only from LIBRARY_MAPPED_MIN_BYTES on, where the copy saved
+    outweighs rebinding the call's views per call."""
+    from simaccel.codegen.compile import LIBRARY_MAPPED_MIN_BYTES
+
+    def grouped(x, w):
+        return F.conv2d(x, w, padding=1, groups=8)
+
+    w = torch.randn(64, 8, 3, 3) * 0.1
+    large = torch.randn(2, 64, 96, 96)  # a 4.5 MiB output
+    small = torch.randn(2, 64, 8, 8)
+    assert large.nbytes >= LIBRARY_MAPPED_MIN_BYTES > small.nbytes
+    for x, mapped in ((large, True), (small, False)):
+        compiled, report = compiled_twice(grouped, MIN_BYTES, x, w)
+        for _ in range(2):
+            out, expected = compiled(x, w), grouped(x, w)
+            assert out.shape == expected.shape and out.dtype == expected.dtype
+            torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+        assert bool(report.host_mapped_outputs) is mapped
+        assert simaccel.get_device().runtime_stats()["host_fallback_ops"] == 0
