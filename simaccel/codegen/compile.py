@@ -295,12 +295,11 @@ def _library_copied(lowered: LoweredGraph, buffers: dict[str, BufferDecl],
         if not isinstance(item, LibraryKernel) or getattr(item.fn, "writes_output_in_place",
                                                           False):
             continue
-        for name in item.writes:
-            name = aliases.get(name, name)
-            decl = buffers.get(name)
-            size = decl.numel if decl is not None else None
-            if not isinstance(size, int) or size * decl.itemsize < LIBRARY_MAPPED_MIN_BYTES:
-                copied.add(name)
+        for buffer in (aliases.get(name, name) for name in item.writes):
+            decl = buffers.get(buffer)
+            if decl is None or not isinstance(decl.numel, int) \
+                    or decl.nbytes < LIBRARY_MAPPED_MIN_BYTES:
+                copied.add(buffer)
     return copied
 
 

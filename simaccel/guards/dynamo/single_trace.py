@@ -35,6 +35,7 @@ import torch.fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from simaccel.guards.dynamo.aot import frame_call_reason, module_held
+from simaccel.guards.dynamo.values import has_symbolic_layout
 
 __all__ = ["compile_inference_once", "why_not_traced_once"]
 
@@ -66,7 +67,7 @@ def compile_inference_once(frame_gm: torch.fx.GraphModule, example_inputs: list[
     fake_mode = _tracing_context().fake_mode
     with dynamo_timed("create_aot_dispatcher_function"):
         fakes = _fake_inputs(example_inputs, fake_mode)
-        if any(isinstance(fake, torch.Tensor) and _symbolic(fake) for fake in fakes):
+        if any(isinstance(fake, torch.Tensor) and has_symbolic_layout(fake) for fake in fakes):
             return "an input has symbolic sizes"
         try:
             graph = _trace(frame_gm, fakes, decompositions, fake_mode)
@@ -125,7 +126,7 @@ def _dynamo_graph_reason(frame_gm: torch.fx.GraphModule) -> str | None:
         value = node.meta.get("example_value")
         if isinstance(value, (torch.SymInt, torch.SymBool, torch.SymFloat)) \
                 and not value.node.has_hint() \
-                or (isinstance(value, torch.Tensor) and _symbolic(value)):
+                or (isinstance(value, torch.Tensor) and has_symbolic_layout(value)):
             return f"'{node.name}' has a symbolic size or a data-dependent scalar"
     return None
 
@@ -176,11 +177,6 @@ def _fake_inputs(example_inputs: list[torch.Tensor], fake_mode: Any) -> list[tor
                 x, symbolic_context=context, trace=context is None,
                 source=None if context is None else context.tensor_source))
     return fakes
-
-
-def _symbolic(tensor: torch.Tensor) -> bool:
-    return any(isinstance(s, torch.SymInt)
-               for s in (*tensor.shape, *tensor.stride(), tensor.storage_offset()))
 
 
 def _trace(frame_gm: torch.fx.GraphModule, fakes: list[torch.Tensor],

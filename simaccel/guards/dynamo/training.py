@@ -34,6 +34,7 @@ import torch.fx
 from torch.autograd.function import once_differentiable
 
 from simaccel.guards.dynamo.aot import frame_call_reason, metadata_reason, module_held
+from simaccel.guards.dynamo.values import has_symbolic_layout
 
 __all__ = ["TrainingCall", "TrainingSpec", "training_spec"]
 
@@ -94,17 +95,12 @@ def _layout_reason(meta: Any, placeholders: Sequence[torch.fx.Node],
     if any(type(t) not in (torch.Tensor, FakeTensor) or not t.is_contiguous()
            for t in meta.traced_tangents):
         return "a tangent is not a contiguous tensor"
-    output = next(n for n in reversed(graph.graph.nodes) if n.op == "output")
     values = [*(p.meta.get("val") for p in placeholders),
               *(v.meta.get("val") if isinstance(v, torch.fx.Node) else v
-                for v in output.args[0])]
-    if any(not isinstance(v, torch.Tensor) or _symbolic(v) for v in values):
+                for v in _output_values(graph))]
+    if any(not isinstance(v, torch.Tensor) or has_symbolic_layout(v) for v in values):
         return "a symbolic size, or a value that is not a tensor, crosses the graph"
     return None
-
-
-def _symbolic(t: torch.Tensor) -> bool:
-    return any(isinstance(s, torch.SymInt) for s in (*t.shape, *t.stride()))
 
 
 class TrainingCall:
@@ -144,19 +140,19 @@ def _lines_up(spec: TrainingSpec, forward: torch.fx.GraphModule,
     """Whether ``backward`` takes the tensors ``forward`` saves (its outputs after the user
     outputs), then one tangent per output needing a gradient, and returns a gradient (or
     None) per forward input."""
-    saved = _output_count(forward) - spec.outputs
+    saved = len(_output_values(forward)) - spec.outputs
     names = [n.name for n in backward.graph.nodes if n.op == "placeholder"]
     tangents = names[saved:]
     return (len(tangents) == len(spec.tangents)
             and all(name.startswith("tangents") for name in tangents)
             and not any(name.startswith("tangents") for name in names[:saved])
-            and _output_count(backward) == spec.inputs)
+            and len(_output_values(backward)) == spec.inputs)
 
 
-def _output_count(graph: torch.fx.GraphModule) -> int:
-    output = next(n for n in reversed(graph.graph.nodes) if n.op == "output")
-    values = output.args[0]
-    return len(values) if isinstance(values, (list, tuple)) else 1
+def _output_values(graph: torch.fx.GraphModule) -> list[Any]:
+    """The values a graph returns (one, or each of its tuple)."""
+    values = graph.graph.output_node().args[0]
+    return list(values) if isinstance(values, (list, tuple)) else [values]
 
 
 def _function(forward: Callable[[list], list], backward: Callable[[list], list],

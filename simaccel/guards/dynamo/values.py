@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
-__all__ = ["fake_mode_of", "fake_value", "has_static_address", "is_module_state", "size_hint",
+__all__ = ["fake_mode_of", "fake_value", "has_static_address", "has_symbolic_layout",
+           "is_module_state", "size_hint",
            "unset_fake_temporarily"]
 
 
@@ -33,6 +34,12 @@ def is_module_state(value: Any) -> bool:
     flag (fake and subclass parameters: ``nn.parameter._ParameterMeta``).
     """
     return isinstance(value, torch.nn.Parameter) or has_static_address(value)
+
+
+def has_symbolic_layout(tensor: torch.Tensor) -> bool:
+    """Whether a (fake) tensor's sizes, strides or storage offset hold a symbol."""
+    return any(isinstance(s, torch.SymInt)
+               for s in (*tensor.shape, *tensor.stride(), tensor.storage_offset()))
 
 
 def size_hint(value: Any) -> Any:
