@@ -20,6 +20,7 @@ import torch.fx
 from simaccel.codegen.dtypes import DEVICE_DTYPES, HALF_DTYPES, storage_name, torch_to_np_dtype
 from simaccel.codegen.fusion import fuse_pointwise_launches, fuse_sibling_reductions
 from simaccel.codegen.fusion_rows import fuse_rows
+from simaccel.codegen.gemm_pairs import pair_gemms
 from simaccel.codegen.input_views import input_view_outputs
 from simaccel.codegen.inplace import inplace_writebacks
 from simaccel.codegen.hostop import HostOp
@@ -220,7 +221,8 @@ class GraphLowering:
         self.current = None
         metas = [self.meta(v) if isinstance(v, torch.fx.Node) else v
                  for v in _flat_outputs(next(iter(reversed(self.gm.graph.nodes))).args[0])]
-        self.steps = fuse_pointwise_launches(fuse_rows(fuse_sibling_reductions(self.steps)))
+        self.steps = pair_gemms(fuse_pointwise_launches(fuse_rows(fuse_sibling_reductions(
+            self.steps))), self.buffers)
         writebacks = sorted(self.writebacks.items(), key=lambda kv: kv[0])
         aliases = inplace_writebacks(self.steps, writebacks, {
             s.index: s.buffer for s in self.inputs if s.index >= 0 and not s.scalar})
