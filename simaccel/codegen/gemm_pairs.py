@@ -82,12 +82,12 @@ def _independent(first: LibraryKernel, second: LibraryKernel) -> bool:
 
 def _pair(first: LibraryKernel, second: LibraryKernel, dtype: str) -> ExternKernel:
     """The template launch running ``first`` and ``second`` at once."""
+    buffers = [*first.buffers, *second.buffers]
     params = [*_part_params(first), *_part_params(second)]
-    return ExternKernel(f"{first.name}_pair", pair_source(dtype), [*first.buffers,
-                                                                 *second.buffers],
-                        params, first.flops + second.flops,
-                        first.bytes_moved + second.bytes_moved,
-                        first.writes | second.writes, True, pair_numpy_source())
+    return ExternKernel(f"{first.name}_pair", pair_source(dtype), buffers, params,
+                        first.flops + second.flops, first.bytes_moved + second.bytes_moved,
+                        first.writes | second.writes, parallel=True,
+                        numpy_source=pair_numpy_source())
 
 
 def _part_params(step: LibraryKernel) -> list[int]:

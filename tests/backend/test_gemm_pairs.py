@@ -4,13 +4,16 @@ gradients) equals eager, compiled and in its tier-0 numpy form, for every operan
 dependent, large or mixed-dtype products stay library calls."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch import nn
 
 import simaccel
-from simaccel.codegen.gemm_pairs import PAIR_MAX_MACS
-from simaccel.codegen.library import ONEDNN_MIN_MACS
+from simaccel.codegen.gemm_pairs import PAIR_MAX_MACS, pair_gemms
+from simaccel.codegen.ir import LibraryKernel
+from simaccel.codegen.library import ONEDNN_MIN_MACS, gemm
 from tests.backend.test_models import assert_ran_on_device
 
 #: float32 products of the same BLAS as eager's; only the order of a sum can differ
@@ -112,3 +115,23 @@ def test_products_that_must_not_pair_stay_library_calls(case):
     assert _pairs() == 0
     assert sum(name.startswith("gemm") for name in _kernel_names()) == 2
     assert_ran_on_device()
+
+
+def _library_gemm(name: str, out: str, a: str, b: str, m: int = 64, k: int = 32,
+                  n: int = 64) -> LibraryKernel:
+    return LibraryKernel(name, gemm, [out, a, b], [1, m, k, n, 0, 0, 0, 0, 0, 0],
+                         2 * m * k * n, 4 * (m * k + k * n + m * n), frozenset({out}))
+
+
+def test_only_adjacent_gemms_pair_and_each_joins_one_pair():
+    buffers = {name: SimpleNamespace(dtype="float32") for name in "abcdefghijxyz"}
+    three = [_library_gemm("g0", "x", "a", "b"), _library_gemm("g1", "y", "a", "c"),
+             _library_gemm("g2", "z", "a", "d")]
+    paired = pair_gemms(three, buffers)
+    # the first two join; the third has no partner left
+    assert [s.name for s in paired] == ["g0_pair", "g2"]
+    assert paired[0].buffers == ["x", "a", "b", "y", "a", "c"]
+    assert paired[0].writes == {"x", "y"} and paired[0].parallel
+    between = [three[0], SimpleNamespace(name="other", reads=frozenset(), writes=frozenset()),
+               three[1]]
+    assert [s.name for s in pair_gemms(between, buffers)] == ["g0", "other", "g1"]
