@@ -55,6 +55,38 @@ def test_a_linear_layers_backward_runs_its_two_products_as_a_pair(tier0):
 
 
 @pytest.mark.parametrize("tier0", [False, "only"])
+def test_a_pair_writes_a_host_mapped_weight_gradient_into_each_calls_tensor(tier0):
+    """batch 8, 512 -> 512: the weight's gradient (1 MiB) is a host-mapped output, a new
+    tensor every call, written by the pair in place."""
+    simaccel.clear_reports()
+
+    def make() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512))
+
+    model, ref = make(), make()
+    compiled = torch.compile(model, backend="simaccel", options={"tier0": tier0})
+    grads = []
+    for step in range(3):
+        x = torch.randn(8, 64)
+        for m, out in ((model, compiled(x)), (ref, ref(x))):
+            out.square().sum().backward()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, **TOL)
+        grads.append(model[2].weight.grad)
+        for p in (*model.parameters(), *ref.parameters()):
+            p.grad = None
+    assert len({g.data_ptr() for g in grads}) == 3  # each step's own tensor
+    assert _pairs() == 1
+    (backward,) = [r for r in simaccel.reports() if r.graph.endswith("backward")]
+    weight_grad = 512 * 512 * 4
+    assert [n for _, _, n in backward.host_mapped_outputs] == [weight_grad]
+    dma = simaccel.get_device().dma_stats()
+    assert dma["d2h.mapped_writes"] >= 3 and dma["d2h.mapped_bytes"] >= 3 * weight_grad
+    assert simaccel.get_device().runtime_stats()["host_fallback_ops"] == 0
+
+
+@pytest.mark.parametrize("tier0", [False, "only"])
 def test_pairs_equal_eager_for_every_operand_layout(tier0):
     simaccel.clear_reports()
 
