@@ -49,30 +49,31 @@ def pair_gemms(steps: Sequence[Any], buffers: Mapping[str, Any]) -> list[Any]:
     """``steps`` with each pairable library GEMM joined to the one just before it
     (``buffers``: the graph's buffers by name, each with its ``dtype``); see the module
     doc."""
-    dtypes = {name: buffer.dtype for name, buffer in buffers.items()}
     out: list[Any] = []
+    last_dtype = None  # the dtype of the last step kept, if it is a pairable GEMM
     for step in steps:
-        last = out[-1] if out else None
-        if _pairable(step, dtypes) and _pairable(last, dtypes) \
-                and _independent(last, step) \
-                and dtypes[step.buffers[0]] == dtypes[last.buffers[0]]:
-            out[-1] = _pair(last, step, dtypes[step.buffers[0]])
+        dtype = _pairable_dtype(step, buffers)
+        if dtype is not None and dtype == last_dtype and _independent(out[-1], step):
+            out[-1] = _pair(out[-1], step, dtype)
+            last_dtype = None  # a pair takes no third product
             continue
         out.append(step)
+        last_dtype = dtype
     return out
 
 
-def _pairable(step: Any, dtypes: Mapping[str, str]) -> bool:
-    """A library GEMM that can run in a pair: 2-D, static and non-empty sizes, a dtype the
-    BLAS has, and a size in range."""
+def _pairable_dtype(step: Any, buffers: Mapping[str, Any]) -> str | None:
+    """The dtype of a library GEMM that can run in a pair (2-D, static and non-empty
+    sizes, a dtype the BLAS has, a size in range), else None."""
     if not isinstance(step, LibraryKernel) or step.fn is not gemm:
-        return False
+        return None
     params = step.params
     if not all(isinstance(p, int) for p in params) or params[0] != 1:
-        return False
-    dtype = dtypes[step.buffers[0]]
+        return None
+    dtype = buffers[step.buffers[0]].dtype
     _, m, k, n = params[:4]
-    return has_gemm(dtype) and min(m, k, n) > 0 and PAIR_MIN_MACS <= m * k * n <= PAIR_MAX_MACS
+    in_range = min(m, k, n) > 0 and PAIR_MIN_MACS <= m * k * n <= PAIR_MAX_MACS
+    return dtype if in_range and has_gemm(dtype) else None
 
 
 def _independent(first: LibraryKernel, second: LibraryKernel) -> bool:
