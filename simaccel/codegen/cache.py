@@ -42,7 +42,7 @@ from typing import Any, Callable
 
 from simaccel.cachedir import (default_cache_dir, ensure_private_dir, exclusive_lock,
                                write_atomic)
-from simaccel.codegen import native, numba_files
+from simaccel.codegen import native, numba_entry, numba_files
 from simaccel.codegen.numba_index_lock import install as _lock_numba_index_saves
 from simaccel.codegen.threads import start_kernel_threads
 from simaccel.errors import KernelCompileError
@@ -181,6 +181,8 @@ class KernelCache:
             exported = self._export_again(path, key, fn, numba_sig)
             if exported is not None:
                 fn, origin = exported, "compiled"
+        if hasattr(fn, "overloads"):  # numba-only (a prange kernel): its machine code
+            fn = numba_entry.entry_kernel(fn, numba_sig, key) or fn
         return fn, origin
 
     def _exported_for_another_host(self, path: Path, key: tuple[str, ...]) -> bool:

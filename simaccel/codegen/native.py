@@ -37,7 +37,7 @@ FORMAT = 1
 MAGIC = b"simaccel-native-kernel\n"
 ENTRY = "sk_entry"
 #: numba's status codes: 0 ok, -2 ok returning None; -1 and >= 1 are exceptions.
-_STATUS_EXCEPTION = -1
+STATUS_EXCEPTION = -1
 _ARRAY = re.compile(r"array\((\w+), 1d, C\)$")
 #: a 1-d C array arrives in numba's calling convention as these 7 values
 #: (meminfo, parent, nitems, itemsize, data, shape[0], strides[0]).
@@ -330,8 +330,8 @@ class NativeKernel:
         if len(args) != len(bound[0]) or not all(map(operator.is_, args, bound[0])):
             bound = self._bound = (args, self._c_arguments(args))
         status = self._fn(*bound[1])
-        if status == _STATUS_EXCEPTION or status > 0:
-            raise _kernel_error(status)
+        if status == STATUS_EXCEPTION or status > 0:
+            raise kernel_error(status)
 
     def bind(self, *args: Any, addresses: Any = None) -> Callable[[], None]:
         """A zero-argument launch on ``args`` with their C form made now (the runtime binds
@@ -353,8 +353,8 @@ class NativeKernel:
 
         def launch() -> None:
             status = fn(*c_args)
-            if status == _STATUS_EXCEPTION or status > 0:
-                raise _kernel_error(status)
+            if status == STATUS_EXCEPTION or status > 0:
+                raise kernel_error(status)
         launch.arrays = args  # type: ignore[attr-defined]  # keeps the pointers valid
         return launch
 
@@ -384,7 +384,7 @@ class NativeKernel:
         return tuple(c_args)
 
 
-def _kernel_error(status: int) -> SimAccelError:
+def kernel_error(status: int) -> SimAccelError:
     """The error of a native kernel that returned numba exception ``status``: a raised
     exception (>= 1) comes from the one check a kernel makes, its index bounds
     (:func:`simaccel.codegen.emit.with_index_check`)."""
@@ -404,10 +404,12 @@ def command_list(calls: list[tuple[int, tuple]]) -> Callable[[], None]:
     every call's C arguments in order, a pointer as its address), as a CUDA graph's
     kernel nodes keep parameters that can be updated: an argument that moves between
     launches (a host-mapped gradient, at a new address every step) is one table store,
-    and the list stays recorded."""
+    and the list stays recorded. An entry with a third item, its arrays' item sizes
+    (:class:`~simaccel.codegen.numba_entry.NumbaEntryKernel`), is called in numba's own
+    convention."""
     import llvmlite.binding as llvm
 
-    table = np.array([a.value or 0 for _, c_args in calls for a in c_args], dtype=np.int64)
+    table = np.array([a.value or 0 for call in calls for a in call[1]], dtype=np.int64)
     ir = _command_list_ir(calls)
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(ir), _new_target_machine())
     engine.finalize_object()
@@ -417,20 +419,22 @@ def command_list(calls: list[tuple[int, tuple]]) -> Callable[[], None]:
 
     def launch() -> None:
         status = fn(at)
-        if status == _STATUS_EXCEPTION or status > 0:
-            raise _kernel_error(status)
+        if status == STATUS_EXCEPTION or status > 0:
+            raise kernel_error(status)
     launch.engine = engine  # type: ignore[attr-defined]  # owns the code
     launch.table = table  # type: ignore[attr-defined]  # read at every launch
     return launch
 
 
-def _command_list_ir(calls: list[tuple[int, tuple]]) -> str:
+def _command_list_ir(calls: list[tuple]) -> str:
     """LLVM IR of :func:`command_list`: per call, the entry (i32 status) on pointer / i64
-    arguments loaded from the table; numba's exception statuses (-1, >= 1) return at
-    once."""
-    lines = ["define i32 @sk_commands(ptr %table) {", "entry:"]
+    arguments loaded from the table (numba's convention where the call gives item
+    sizes); numba's exception statuses (-1, >= 1) return at once."""
+    lines = ["define i32 @sk_commands(ptr %table) {", "entry:",
+             "  %ret = alloca [8 x i64], align 16", "  %exc = alloca ptr, align 8",
+             "  store ptr null, ptr %exc, align 8"]
     slot = 0
-    for k, (address, c_args) in enumerate(calls):
+    for k, (address, c_args, *itemsizes) in enumerate(calls):
         args = []
         for a in c_args:
             lines += [f"  %s{slot} = getelementptr i64, ptr %table, i64 {slot}",
@@ -441,13 +445,26 @@ def _command_list_ir(calls: list[tuple[int, tuple]]) -> str:
             else:
                 args.append(f"i64 %v{slot}")
             slot += 1
+        if itemsizes:
+            args = _numba_convention(args, itemsizes[0])
         args = ", ".join(args)
         lines += [f"  %f{k} = inttoptr i64 {address} to ptr",
                   f"  %r{k} = call i32 %f{k}({args})",
-                  f"  %neg{k} = icmp eq i32 %r{k}, {_STATUS_EXCEPTION}",
+                  f"  %neg{k} = icmp eq i32 %r{k}, {STATUS_EXCEPTION}",
                   f"  %pos{k} = icmp sgt i32 %r{k}, 0",
                   f"  %bad{k} = or i1 %neg{k}, %pos{k}",
                   f"  br i1 %bad{k}, label %fail{k}, label %ok{k}",
                   f"fail{k}:", f"  ret i32 %r{k}", f"ok{k}:"]
     lines += ["  ret i32 0", "}"]
     return "\n".join(lines) + "\n"
+
+
+def _numba_convention(args: list[str], itemsizes: tuple[int, ...]) -> list[str]:
+    """A call's IR arguments (a pointer and a length per array, then the ints) in numba's
+    convention: the return and exception slots, then per array its meminfo and parent
+    (null), length, item size, data, shape and stride (bytes)."""
+    out = ["ptr %ret", "ptr %exc"]
+    for j, size in enumerate(itemsizes):
+        data, length = args[2 * j], args[2 * j + 1]
+        out += ["ptr null", "ptr null", length, f"i64 {size}", data, length, f"i64 {size}"]
+    return out + args[2 * len(itemsizes):]

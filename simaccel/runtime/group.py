@@ -59,7 +59,8 @@ class LaunchGroup:
         native part's C arguments: its kernel's ``array_slots``)."""
         slots = []
         offset = 0
-        for part, (_, (_, c_args)) in zip(self.parts, bound):
+        for part, (_, entry) in zip(self.parts, bound):
+            c_args = entry[1]  # (address, C arguments[, item sizes])
             slots += [(c_args[j], offset + j) for j in part.fn.array_slots(part.buffers)]
             offset += len(c_args)
         return slots
@@ -146,7 +147,8 @@ class _PartLaunches:
         self.at: dict[int, int] = {}
         for k, (part, own, addresses) in enumerate(slices):
             if hasattr(part.fn, "native_bind"):
-                launch, (_, c_args) = part.fn.native_bind(*own, addresses=addresses)
+                launch, entry = part.fn.native_bind(*own, addresses=addresses)
+                c_args = entry[1]
                 self.where += [(k, j, c_args[slot])
                                for j, slot in enumerate(part.fn.array_slots(part.buffers))]
             else:
