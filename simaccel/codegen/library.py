@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from simaccel.codegen.blas_launch import blas_launch
+
 #: dtypes the GEMM runs in the BLAS library (others use the matmul template). bfloat16
 #: operands go to the library's bfloat16 GEMM (oneDNN: float32 accumulation, the product
 #: rounded once, as eager's bfloat16 matmul): on this machine's AVX512-BF16 cores a
@@ -118,7 +120,13 @@ class Gemm:
         if m == 0 or n == 0 or batch == 0:
             return _nothing
         params = (batch, m, k, n, a_off, a_bs, b_off, b_bs, a_t, b_t)
-        return self._launch(params, (out, a, b), operands[2] if operands is not None else None)
+        weight = operands[2] if operands is not None else None
+        if self.dtype is None and not self._inner_product_wins(
+                out.dtype == np.float32, m, k, n, a_t, b_t, weight is not None):
+            launch = blas_launch(params, (out, a, b))  # MKL's mm, on addresses
+            if launch is not None:
+                return launch
+        return self._launch(params, (out, a, b), weight)
 
     def _launch(self, params: tuple[int, ...], arrays: tuple[np.ndarray, ...],
                 weight: Any = None) -> GemmLaunch:
@@ -136,7 +144,8 @@ class Gemm:
             return o.zero_
         if batch > 1:
             return functools.partial(torch.bmm, lhs, rhs, out=o)
-        if self._inner_product_wins(o, m, k, n, a_t, b_t, weight is not None):
+        if self._inner_product_wins(o.dtype == torch.float32, m, k, n, a_t, b_t,
+                                    weight is not None):
             if weight is not None:
                 return ResidentWeightLinear(lhs, rhs.t(), o, weight)
             return functools.partial(_inner_product, lhs, rhs.t(), o)
@@ -155,7 +164,7 @@ class Gemm:
         return {1: [(a_off + i * a_bs, a_off + i * a_bs + m * k) for i in range(batch)],
                 2: [(b_off + i * b_bs, b_off + i * b_bs + k * n) for i in range(batch)]}
 
-    def _inner_product_wins(self, out: torch.Tensor, m: int, k: int, n: int, a_t: int,
+    def _inner_product_wins(self, float32: bool, m: int, k: int, n: int, a_t: int,
                             b_t: int, resident: bool = False) -> bool:
         """True if this 2-D product runs as oneDNN's inner product: float32, a row-major
         ``a`` and a column-major ``b`` (a linear layer's ``x @ weight.T``: the weight as
@@ -163,7 +172,7 @@ class Gemm:
         resident weight (read as a reordered copy), :data:`ONEDNN_PLAIN_MIN_MACS` where
         it is read as stored."""
         least = ONEDNN_MIN_MACS if resident else ONEDNN_PLAIN_MIN_MACS
-        return (_ONEDNN_LINEAR is not None and out.dtype == torch.float32 and not a_t
+        return (_ONEDNN_LINEAR is not None and float32 and not a_t
                 and bool(b_t) and m * k * n >= least)
 
     def _view(self, position: int, array: np.ndarray, params: tuple[int, ...]
@@ -215,7 +224,7 @@ class GemmBias(Gemm):
                 weight: Any = None) -> Callable[[], Any]:
         o, lhs, rhs, row = tensors
         _, m, k, n, _, _, _, _, a_t, b_t = params
-        if self._inner_product_wins(o, m, k, n, a_t, b_t):  # the primitive adds the bias
+        if self._inner_product_wins(o.dtype == torch.float32, m, k, n, a_t, b_t):  # adds bias
             return functools.partial(_inner_product, lhs, rhs.t(), o, row)
         return functools.partial(torch.addmm, row, lhs, rhs, out=o)
 

@@ -1,0 +1,74 @@
+"""A 2-D library GEMM launched by the BLAS routine itself, on data addresses.
+
+``torch.mm`` on float32 and float64 CPU tensors calls the BLAS PyTorch is built with
+(MKL's ``sgemm_`` / ``dgemm_``, :mod:`.blas_symbols`), so calling that routine on the
+device buffers' addresses runs the same product on the same threads. What changes is
+what a patch costs: a launch writing a host-mapped output (a training backward's weight
+gradient, a new tensor every step) is re-pointed at the new array by storing its address
+(~0.1 us), where ``torch.mm(out=)`` needs a new tensor view and call (~11 us measured
+inside the MLP training step, two per step), as a CUDA graph's kernel node takes new
+parameters without being captured again.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+from simaccel.codegen.blas_symbols import gemm_addresses
+
+#: the largest size or leading dimension the routine takes (LP64: 32-bit ints)
+_INT_MAX = 2 ** 31 - 1
+
+
+class BlasGemmLaunch:
+    """``out = a @ b`` (row-major ``out`` (m, n); ``a`` (m, k) and ``b`` (k, n) row- or
+    column-major from element offsets ``a_off`` / ``b_off``) as one BLAS call: the
+    column-major product ``out.T = b.T @ a.T`` on the buffers' addresses. Positions as
+    :class:`~simaccel.codegen.library.GemmLaunch`'s: 0 out, 1 a, 2 b."""
+
+    __slots__ = ("_fn", "_args", "_pointers", "_offsets", "_kept")
+
+    def __init__(self, address: int, params: tuple[int, ...], arrays: tuple[np.ndarray, ...]):
+        _, m, k, n, a_off, _, b_off, _, a_t, b_t = params
+        itemsize = arrays[0].itemsize
+        #: bytes from each array's first element to its operand's: out, a, b
+        self._offsets = (0, a_off * itemsize, b_off * itemsize)
+        self._pointers = [ctypes.c_void_p(array.ctypes.data + offset)
+                          for array, offset in zip(arrays, self._offsets)]
+        self._kept = list(arrays)
+        scalar = ctypes.c_float if itemsize == 4 else ctypes.c_double
+        # (transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) by address
+        values = [ctypes.c_char(b"T" if b_t else b"N"), ctypes.c_char(b"T" if a_t else b"N"),
+                  ctypes.c_int(n), ctypes.c_int(m), ctypes.c_int(k), scalar(1.0),
+                  self._pointers[2], ctypes.c_int(k if b_t else n), self._pointers[1],
+                  ctypes.c_int(m if a_t else k), scalar(0.0), self._pointers[0],
+                  ctypes.c_int(n)]
+        self._args = tuple(v if isinstance(v, ctypes.c_void_p) else ctypes.byref(v)
+                           for v in values)
+        self._fn = ctypes.CFUNCTYPE(None)(address)
+
+    def __call__(self) -> None:
+        self._fn(*self._args)
+
+    def patch(self, position: int, array: np.ndarray, address: int) -> None:
+        """Point buffer argument ``position`` at ``array`` (data address ``address``,
+        bytes), of the dtype and size the launch was bound with (checked by the
+        caller): one address stored."""
+        self._pointers[position].value = address + self._offsets[position]
+        self._kept[position] = array
+
+
+def blas_launch(params: tuple[int, ...], arrays: tuple[np.ndarray, ...]
+                ) -> BlasGemmLaunch | None:
+    """The :class:`BlasGemmLaunch` of a GEMM with ``params`` (``batch, m, k, n, a_off,
+    a_bs, b_off, b_bs, a_t, b_t``) on ``arrays`` (out, a, b), or None where it is not one
+    product of a positive ``k`` in a dtype the BLAS has, within its int range."""
+    batch, m, k, n = params[:4]
+    dtype = arrays[0].dtype
+    address = gemm_addresses().get(dtype.name)
+    if (address is None or batch != 1 or k <= 0 or max(m, k, n) > _INT_MAX
+            or any(a.dtype != dtype for a in arrays)):
+        return None
+    return BlasGemmLaunch(address, params, arrays)
