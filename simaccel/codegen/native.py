@@ -355,8 +355,7 @@ class NativeKernel:
             status = fn(*c_args)
             if status == STATUS_EXCEPTION or status > 0:
                 raise kernel_error(status)
-        launch.arrays = args  # type: ignore[attr-defined]  # keeps the pointers valid
-        return launch
+        return patchable(launch, args, c_args)
 
     command_list = staticmethod(lambda calls: command_list(calls))
 
@@ -382,6 +381,24 @@ class NativeKernel:
             c_args += [ctypes.c_void_p(arg.ctypes.data if address is None else address),
                        ctypes.c_int64(arg.shape[0])]
         return tuple(c_args)
+
+
+def patchable(launch: Callable[[], None], args: tuple, c_args: tuple) -> Callable[[], None]:
+    """``launch`` (reading the C arguments ``c_args`` of ``args`` at every call) keeping
+    the arrays alive, with ``launch.patch(position, array, address)``: array argument
+    ``position`` pointed at ``array`` (data address ``address``, bytes; the dtype and size
+    it was bound with, checked by the caller) by storing the address in its C pointer,
+    as a CUDA graph's kernel node takes new parameters. A host-mapped argument at a new
+    address every call (a gradient, a new tensor every step) is then one store, not a
+    new binding of every argument."""
+    kept = list(args)
+
+    def patch(position: int, array: Any, address: int) -> None:
+        c_args[2 * position].value = address
+        kept[position] = array
+    launch.arrays = kept  # type: ignore[attr-defined]  # keeps the pointers valid
+    launch.patch = patch  # type: ignore[attr-defined]
+    return launch
 
 
 def kernel_error(status: int) -> SimAccelError:

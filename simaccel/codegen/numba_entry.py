@@ -62,9 +62,8 @@ class NumbaEntryKernel(native.NativeKernel):
             status = fn(*call)
             if status == native.STATUS_EXCEPTION or status > 0:
                 raise native.kernel_error(status)
-        launch.arrays = args  # type: ignore[attr-defined]  # keeps the pointers valid
         launch.slots = keep  # type: ignore[attr-defined]  # the return and exception slots
-        return launch
+        return native.patchable(launch, args, c_args)
 
 
 _NULL = ctypes.c_void_p(0)

@@ -250,6 +250,10 @@ class MappedLaunches:
     steps: tuple[HostBoundStep, ...]
     positions: tuple[int, ...]
     writing: tuple[HostBoundStep, ...]
+    #: the argument index of each of ``positions`` (where the caller's data addresses are)
+    indices: tuple[int, ...] = ()
+    #: the streamed positions of every mapped input, in order (what a binding is to)
+    sources: tuple[int, ...] = ()
 
     def __iter__(self) -> Any:
         return iter(self.steps)
@@ -273,8 +277,10 @@ def mapped_steps(steps: Sequence[Step], streamed: Sequence[InputPlan],
             for j, name in enumerate(getattr(step, "buffers", ())):
                 arguments[name] = (*arguments.get(name, ()), j)
             found.append(HostBoundStep(k, reads, writes, arguments))
-    return MappedLaunches(tuple(found), tuple(sorted({p for s in found for p in s.inputs})),
-                          tuple(s for s in found if s.outputs))
+    positions = tuple(sorted({p for s in found for p in s.inputs}))
+    return MappedLaunches(tuple(found), positions, tuple(s for s in found if s.outputs),
+                          tuple(streamed[p].index for p in positions),
+                          tuple(k for k, p in enumerate(streamed) if p.placement in MAPPED))
 
 
 def check_mapped(kind: str, position: int, name: str, host: np.ndarray, dtype: np.dtype,
@@ -321,7 +327,7 @@ def bind_mapped(bound: Any, srcs: Sequence[np.ndarray], host_outputs: Sequence[A
     mapped inputs, one kernel writes the output). A launch bound before that can be
     patched (a launch group) has only its moved arguments patched (:func:`_patch`)."""
     bound.mapped_sources = None  # until every launch is bound to these
-    addresses = _mapped_addresses(bound, srcs, data_ptrs, streamed, launches.positions)
+    addresses = _mapped_addresses(bound, srcs, data_ptrs, streamed, launches)
     last = bound.mapped_addresses
     numel = bound.layout.numel
     for step in launches.steps if addresses != last else launches.writing:
@@ -345,27 +351,34 @@ def bind_mapped(bound: Any, srcs: Sequence[np.ndarray], host_outputs: Sequence[A
     # with no mapped output, the next call on these very arrays binds nothing (the
     # launches hold these arrays already: remembering them keeps nothing else alive)
     bound.mapped_sources = None if launches.writing else \
-        [host for host, plan in zip(srcs, streamed) if plan.placement in MAPPED]
+        list(map(srcs.__getitem__, launches.sources))
 
 
 def _mapped_addresses(bound: Any, srcs: Sequence[np.ndarray], data_ptrs: Sequence[int] | None,
-                      streamed: Sequence[InputPlan], positions: Sequence[int]
+                      streamed: Sequence[InputPlan], launches: MappedLaunches
                       ) -> dict[int, int]:
     """Streamed position -> data address (bytes) of the mapped input there, for each of
-    ``positions``; an array not seen there at the last call is checked first
-    (:func:`check_mapped`)."""
+    ``launches.positions``; an array not seen there at the last call is checked first
+    (:func:`check_mapped`). This runs on every call of a program with mapped launches
+    (an optimizer step: every parameter, state and gradient), so the arrays and the
+    caller's addresses are gathered by C-level maps and only new arrays are visited."""
+    positions = launches.positions
+    hosts = list(map(srcs.__getitem__, positions))
     checked = bound.mapped_checked
-    numel = bound.layout.numel
-    addresses: dict[int, int] = {}
-    for p in positions:
-        host, plan = srcs[p], streamed[p]
-        if checked.get(p) is not host:
-            check_mapped("input", plan.index, plan.buffer, host,
-                         bound.mapped_dtypes[plan.buffer], numel[plan.buffer],
-                         plan.placement is Placement.MAPPED_UPDATE)
-            checked[p] = host
-        addresses[p] = data_ptr(plan.index, host, data_ptrs)
-    return addresses
+    if not all(map(operator.is_, hosts, map(checked.get, positions))):
+        numel = bound.layout.numel
+        for p, host in zip(positions, hosts):
+            if checked.get(p) is not host:
+                plan = streamed[p]
+                check_mapped("input", plan.index, plan.buffer, host,
+                             bound.mapped_dtypes[plan.buffer], numel[plan.buffer],
+                             plan.placement is Placement.MAPPED_UPDATE)
+                checked[p] = host
+    known = list(map(data_ptrs.__getitem__, launches.indices)) if data_ptrs is not None \
+        else [0] * len(positions)
+    if not all(known):  # an address the caller did not know: numpy's
+        known = [ptr or host.__array_interface__["data"][0] for ptr, host in zip(known, hosts)]
+    return dict(zip(positions, known))
 
 
 def _patch(step: HostBoundStep, patch: Callable[[int, np.ndarray, int], None],

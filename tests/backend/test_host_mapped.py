@@ -103,7 +103,9 @@ def test_an_input_also_returned_as_a_view_is_mapped():
     assert dma["d2h.bytes"] == 3 * SHAPE[0] * 4  # the sums only
 
 
-def test_same_tensor_binds_once_and_new_tensors_rebind(monkeypatch):
+def test_same_tensor_binds_once_and_new_tensors_are_patched_in(monkeypatch):
+    """The kernel reading the input in place is bound once; a new tensor at another
+    address is patched into that launch (its pointer stored), not bound again."""
     binds: list[Any] = []
     real_bind = program_module.bind_launch
     monkeypatch.setattr(program_module, "bind_launch",
@@ -113,10 +115,10 @@ def test_same_tensor_binds_once_and_new_tensors_rebind(monkeypatch):
         dma, report = run(row_reductions, x, calls=4)
         assert len(binds) == 1 and report.host_mapped
         compiled = torch.compile(row_reductions, backend="simaccel", dynamic=False)
-        for k in range(3):  # a new tensor each call: correct results, one rebind each
+        for k in range(3):  # a new tensor each call: correct results, the launch patched
             fresh = torch.randn(*SHAPE) + k
             torch.testing.assert_close(compiled(fresh), row_reductions(fresh), **REDUCTION_TOL)
-        assert len(binds) == 4
+        assert len(binds) == 1
         assert simaccel.get_device().dma_stats()["h2d.mapped_reads"] == 7
     assert dma["h2d.mapped_bytes"] == 4 * INPUT_BYTES
 

@@ -127,3 +127,22 @@ def test_command_list_ir_calls_a_numba_entry_in_numba_convention():
     assert "call i32 %f0(ptr %p0, i64 %v1)" in ir  # a native entry: its own ABI
     assert ("call i32 %f1(ptr %ret, ptr %exc, ptr null, ptr null, i64 %v3, i64 4, "
             "ptr %p2, i64 %v3, i64 4, i64 %v4)") in ir
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_bound_launch_patched_to_new_arrays_computes_into_them(tmp_path, parallel):
+    """A native and a prange kernel's bound launch re-pointed at new arrays (a host-mapped
+    output or input at a new address every call) by a patch: it writes and reads the new
+    ones and leaves the old alone."""
+    fn = KernelCache(tmp_path).load(PARALLEL if parallel else SOURCE, SIG).fn
+    a = np.linspace(-2, 2, 9, dtype=np.float32)
+    out = np.zeros_like(a)
+    launch = fn.bind(out, a, 9)
+    launch()
+    new_a, new_out = np.linspace(0, 1, 9, dtype=np.float32), np.zeros_like(a)
+    before = out.copy()
+    launch.patch(0, new_out, new_out.ctypes.data)
+    launch.patch(1, new_a, new_a.ctypes.data)
+    launch()
+    np.testing.assert_allclose(new_out, _expected(new_a), rtol=1e-6)
+    np.testing.assert_array_equal(out, before)

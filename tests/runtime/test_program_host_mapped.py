@@ -139,6 +139,18 @@ def test_the_same_host_array_binds_once_and_a_new_one_rebinds(monkeypatch):
     assert binds == [scale] * 4
 
 
+def test_a_mapped_input_address_the_caller_does_not_know_is_read_from_the_array():
+    """The caller passes each tensor's data address where it knows it (0 where it does
+    not): a kernel reading in place is pointed at the array's own address either way."""
+    program = Program(make_device(), make_spec([reading_x()]))
+    out = np.zeros(N, np.float32)
+    for value, known in ((1.0, True), (2.0, False), (3.0, True), (4.0, False)):
+        x = aligned_array(np.full(N, value, np.float32))
+        out[:] = 0
+        program.run([x], [out], None, [x.ctypes.data if known else 0])
+        np.testing.assert_array_equal(out, x * 2.0)
+
+
 def test_a_mapped_input_breaking_the_compiled_layout_raises():
     program = Program(make_device(), make_spec([reading_x()]))
     grid = aligned_array(np.arange(N, dtype=np.float32).reshape(32, 32))
