@@ -304,13 +304,19 @@ def test_a_bound_group_patched_to_new_arrays_computes_into_them(tmp_path, record
     for _ in range(launch_group.RECORD_AFTER + 1 if record else 1):
         launch()
     assert (launch.recorded is not None) is record
-    new_a = np.linspace(0, 1, 9, dtype=np.float32)
-    new_out = np.zeros_like(a)
+    check_patched_group(launch, first, fn, out)
+
+
+def check_patched_group(launch, first, second, out: np.ndarray) -> None:
+    """Patch a bound :func:`_two_part_group`'s first input and second output to new
+    arrays and launch it: the new output is ``second(first(new input))``, the old output
+    is left alone."""
+    new_a, new_out = np.linspace(0, 1, 9, dtype=np.float32), np.zeros_like(out)
     before = out.copy()
     launch.patch(1, new_a, new_a.ctypes.data)  # the first part's input
     launch.patch(2, new_out, new_out.ctypes.data)  # the second part's output
     launch()
-    np.testing.assert_array_equal(new_out, _chained(first, fn, new_a))
+    np.testing.assert_array_equal(new_out, _chained(first, second, new_a))
     np.testing.assert_array_equal(out, before)
 
 

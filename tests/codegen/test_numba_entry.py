@@ -12,7 +12,8 @@ from simaccel.codegen import native, numba_entry
 from simaccel.codegen.cache import KernelCache
 from simaccel.errors import KernelIndexError
 from simaccel.runtime import group as launch_group
-from tests.codegen.test_native import SIG, SOURCE, _chained, _expected, _two_part_group
+from tests.codegen.test_native import (SIG, SOURCE, _chained, _expected, _two_part_group,
+                                       check_patched_group)
 
 #: ``out = exp(a) * 2 + 1`` over ``n`` elements in numba's thread pool; raises (after the
 #: loop, as simaccel's index check does) when ``n`` is past the arrays or ``a[0] > 100``
@@ -74,13 +75,7 @@ def test_a_group_with_a_parallel_part_becomes_one_command_list(tmp_path, record)
         launch()
     assert (launch.recorded is not None) is record
     np.testing.assert_array_equal(out, _chained(first, second, a))
-    new_a, new_out = np.linspace(0, 1, 9, dtype=np.float32), np.zeros_like(a)
-    before = out.copy()
-    launch.patch(1, new_a, new_a.ctypes.data)  # the first part's input
-    launch.patch(2, new_out, new_out.ctypes.data)  # the second part's output
-    launch()
-    np.testing.assert_array_equal(new_out, _chained(first, second, new_a))
-    np.testing.assert_array_equal(out, before)
+    check_patched_group(launch, first, second, out)
 
 
 def test_a_raise_in_a_command_list_stops_it_as_a_kernel_error(tmp_path):
