@@ -30,7 +30,8 @@ class BlasGemmLaunch:
 
     __slots__ = ("_fn", "_args", "_pointers", "_offsets", "_kept")
 
-    def __init__(self, address: int, params: tuple[int, ...], arrays: tuple[np.ndarray, ...]):
+    def __init__(self, address: int, params: tuple[int, ...], arrays: tuple[np.ndarray, ...],
+                 beta: float = 0.0):
         _, m, k, n, a_off, _, b_off, _, a_t, b_t = params
         itemsize = arrays[0].itemsize
         #: bytes from each array's first element to its operand's: out, a, b
@@ -43,7 +44,7 @@ class BlasGemmLaunch:
         values = [ctypes.c_char(b"T" if b_t else b"N"), ctypes.c_char(b"T" if a_t else b"N"),
                   ctypes.c_int(n), ctypes.c_int(m), ctypes.c_int(k), scalar(1.0),
                   self._pointers[2], ctypes.c_int(k if b_t else n), self._pointers[1],
-                  ctypes.c_int(m if a_t else k), scalar(0.0), self._pointers[0],
+                  ctypes.c_int(m if a_t else k), scalar(beta), self._pointers[0],
                   ctypes.c_int(n)]
         self._args = tuple(v if isinstance(v, ctypes.c_void_p) else ctypes.byref(v)
                            for v in values)
@@ -60,15 +61,45 @@ class BlasGemmLaunch:
         self._kept[position] = array
 
 
+class BlasGemmBiasLaunch(BlasGemmLaunch):
+    """``out = bias + a @ b`` (``bias`` a row of ``n``, position 3) as torch.addmm runs it:
+    the bias copied into every row of ``out``, then the BLAS product added to it (beta
+    1), so it is rounded once."""
+
+    __slots__ = ("_rows", "_bias")
+
+    def __init__(self, address: int, params: tuple[int, ...], arrays: tuple[np.ndarray, ...]):
+        super().__init__(address, params, arrays[:3], beta=1.0)
+        m, n = params[1], params[3]
+        self._rows = arrays[0][:m * n].reshape(m, n)
+        self._bias = arrays[3][:n]
+
+    def __call__(self) -> None:
+        self._rows[...] = self._bias
+        self._fn(*self._args)
+
+    def patch(self, position: int, array: np.ndarray, address: int) -> None:
+        """As :meth:`BlasGemmLaunch.patch`; the output's rows and the bias are views."""
+        if position == 3:
+            self._bias = array[:self._bias.size]
+            return
+        if position == 0:
+            self._rows = array[:self._rows.size].reshape(self._rows.shape)
+        super().patch(position, array, address)
+
+
 def blas_launch(params: tuple[int, ...], arrays: tuple[np.ndarray, ...]
                 ) -> BlasGemmLaunch | None:
     """The :class:`BlasGemmLaunch` of a GEMM with ``params`` (``batch, m, k, n, a_off,
-    a_bs, b_off, b_bs, a_t, b_t``) on ``arrays`` (out, a, b), or None where it is not one
-    product of a positive ``k`` in a dtype the BLAS has, within its int range."""
+    a_bs, b_off, b_bs, a_t, b_t``) on ``arrays`` (out, a, b; a fourth, the bias row:
+    :class:`BlasGemmBiasLaunch`), or None where it is not one product of a positive
+    ``k`` in a dtype the BLAS has, within its int range."""
     batch, m, k, n = params[:4]
     dtype = arrays[0].dtype
     address = gemm_addresses().get(dtype.name)
     if (address is None or batch != 1 or k <= 0 or max(m, k, n) > _INT_MAX
             or any(a.dtype != dtype for a in arrays)):
         return None
+    if len(arrays) == 4:
+        return BlasGemmBiasLaunch(address, params, arrays)
     return BlasGemmLaunch(address, params, arrays)

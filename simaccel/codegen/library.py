@@ -121,12 +121,19 @@ class Gemm:
             return _nothing
         params = (batch, m, k, n, a_off, a_bs, b_off, b_bs, a_t, b_t)
         weight = operands[2] if operands is not None else None
-        if self.dtype is None and not self._inner_product_wins(
-                out.dtype == np.float32, m, k, n, a_t, b_t, weight is not None):
-            launch = blas_launch(params, (out, a, b))  # MKL's mm, on addresses
-            if launch is not None:
-                return launch
-        return self._launch(params, (out, a, b), weight)
+        return self._blas(params, (out, a, b), weight is not None) \
+            or self._launch(params, (out, a, b), weight)
+
+    def _blas(self, params: tuple[int, ...], arrays: tuple[np.ndarray, ...],
+              resident: bool = False) -> Callable[[], Any] | None:
+        """The launch by the BLAS routine torch.mm (torch.addmm, with a bias row) calls,
+        on the buffers' addresses (:mod:`.blas_launch`), where the product is not
+        oneDNN's and the buffers hold their own dtype; else None."""
+        _, m, k, n, _, _, _, _, a_t, b_t = params
+        if self.dtype is not None or self._inner_product_wins(
+                arrays[0].dtype == np.float32, m, k, n, a_t, b_t, resident):
+            return None
+        return blas_launch(params, arrays)
 
     def _launch(self, params: tuple[int, ...], arrays: tuple[np.ndarray, ...],
                 weight: Any = None) -> GemmLaunch:
@@ -211,7 +218,8 @@ class GemmBias(Gemm):
              operands: Any = None) -> Callable[[], Any]:
         if m == 0 or n == 0:
             return _nothing
-        return self._launch((1, m, k, n, a_off, 0, b_off, 0, a_t, b_t), (out, a, b, bias))
+        params = (1, m, k, n, a_off, 0, b_off, 0, a_t, b_t)
+        return self._blas(params, (out, a, b, bias)) or self._launch(params, (out, a, b, bias))
 
     def _view(self, position: int, array: np.ndarray, params: tuple[int, ...]
               ) -> torch.Tensor:

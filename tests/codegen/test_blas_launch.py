@@ -54,3 +54,32 @@ def test_batched_empty_or_mixed_products_are_not_one_blas_call():
     assert blas_launch((1, 2, 2, 2, 0, 0, 0, 0, 0, 0), (ints, ints, ints)) is None
     assert isinstance(blas_launch((1, 2, 2, 2, 0, 0, 0, 0, 0, 0), (f64, f64, f64)),
                       BlasGemmLaunch)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_product_with_a_bias_row_is_addmm_and_a_patch_repoints_each_buffer(dtype):
+    """``out = bias + a @ b`` (a linear layer whose result several kernels read):
+    torch.addmm's result, and after patching the output and the bias to new arrays."""
+    import torch
+    rng = np.random.default_rng(7)
+    m, k, n = 6, 40, 9
+    a, a_buf = _operand(rng, m, k, False, 3, dtype)
+    w, w_buf = _operand(rng, n, k, False, 0, dtype)  # b = w.T: column-major
+    bias = rng.standard_normal(n).astype(dtype)
+    out = np.full(m * n, np.nan, dtype)
+    launch = library.gemm_bias.bind(out, a_buf, w_buf, bias, 1, m, k, n, 3, 0, 0, 0, 0, 1)
+    assert isinstance(launch, BlasGemmLaunch)
+
+    def addmm(row: np.ndarray) -> np.ndarray:
+        return torch.addmm(torch.from_numpy(row), torch.from_numpy(a),
+                           torch.from_numpy(w).t()).numpy()
+    for _ in range(2):  # the bias is copied in again at every launch
+        launch()
+        np.testing.assert_allclose(out.reshape(m, n), addmm(bias), **TOL[dtype])
+    new_out, new_bias = np.full_like(out, np.nan), bias * 3
+    launch.patch(0, new_out, new_out.ctypes.data)
+    launch.patch(3, new_bias, new_bias.ctypes.data)
+    before = out.copy()
+    launch()
+    np.testing.assert_allclose(new_out.reshape(m, n), addmm(new_bias), **TOL[dtype])
+    np.testing.assert_array_equal(out, before)
