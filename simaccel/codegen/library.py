@@ -2,10 +2,12 @@
 device buffers, instead of generated code.
 
 This is how a real backend runs a GEMM: inductor emits an ``extern_kernels.mm`` call,
-a GPU backend a cuBLAS call. Here the library is PyTorch's CPU BLAS (``torch.mm`` /
-``torch.bmm`` with ``out=``) on tensors that view device memory, so nothing is copied
-and nothing needs a JIT compile; a large float32 linear layer's product goes to oneDNN's
-inner product instead, which is faster there (:data:`ONEDNN_MIN_MACS`). (numpy's
+a GPU backend a cuBLAS call. Here the library is PyTorch's CPU BLAS on device memory,
+so nothing is copied and nothing needs a JIT compile: a 2-D product calls the BLAS
+routine ``torch.mm`` calls on the buffers' addresses (:mod:`.blas_launch`), a batched
+one ``torch.bmm`` with ``out=`` on tensors viewing them; a large float32 linear layer's
+product goes to oneDNN's inner product instead, which is faster there
+(:data:`ONEDNN_MIN_MACS`). (numpy's
 OpenBLAS was measured too: slower on the MLP shapes, and its thread pool fights torch's
 for the cores.) A library kernel is still a
 device kernel launch (:class:`~simaccel.codegen.ir.LibraryKernel`): it becomes a

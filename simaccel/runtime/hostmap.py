@@ -377,7 +377,7 @@ def _mapped_addresses(bound: Any, srcs: Sequence[np.ndarray], data_ptrs: Sequenc
     known = list(map(data_ptrs.__getitem__, launches.indices)) if data_ptrs is not None \
         else [0] * len(positions)
     if not all(known):  # an address the caller did not know: numpy's
-        known = [ptr or host.__array_interface__["data"][0] for ptr, host in zip(known, hosts)]
+        known = [data_ptr(i, host, data_ptrs) for i, host in zip(launches.indices, hosts)]
     return dict(zip(positions, known))
 
 

@@ -90,7 +90,6 @@ class Program:
         self._stable = {p.buffer for p in self._resident_inputs if p not in self._resident_written}
         #: inputs moved in every call (copied, mapped, updated in host memory), in order
         self._streamed = spec.inputs_placed(Placement.COPIED, *MAPPED)
-        self._mapped_indices = [p.index for p in self._streamed if p.placement in MAPPED]
         self._streamed_labels = [p.buffer for p in self._streamed]
         mapped = [p.placement in MAPPED for p in self._streamed]
         #: per streamed input: mapped or copied (None: all copied, the engine's fast path)
@@ -105,6 +104,7 @@ class Program:
                                    for _, b in self._mapped_outputs)
         #: the kernels accessing host memory, bound to each call's host arrays
         self._mapped_steps = mapped_steps(spec.steps, self._streamed, spec.outputs)
+        self._mapped_indices = [self._streamed[k].index for k in self._mapped_steps.sources]
         #: per streamed input: read or updated in host memory (never staged: no descriptor)
         self._in_place_flags = mapped
         #: the inputs their kernel updates in host memory: (argument index, buffer)
