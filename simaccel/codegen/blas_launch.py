@@ -7,16 +7,18 @@ what a patch costs: a launch writing a host-mapped output (a training backward's
 gradient, a new tensor every step) is re-pointed at the new array by storing its address
 (~0.1 us), where ``torch.mm(out=)`` needs a new tensor view and call (~11 us measured
 inside the MLP training step, two per step), as a CUDA graph's kernel node takes new
-parameters without being captured again.
+parameters without being captured again. A launch also offers its call as command-list
+entries (:mod:`.commands`), so a replay runs it inside one native call with the kernels
+around it (:mod:`simaccel.runtime.sequence`).
 """
 from __future__ import annotations
 
 import ctypes
-from typing import Any
 
 import numpy as np
 
 from simaccel.codegen.blas_symbols import gemm_addresses
+from simaccel.codegen.commands import ROWS, VOID, command_list
 
 #: the largest size or leading dimension the routine takes (LP64: 32-bit ints)
 _INT_MAX = 2 ** 31 - 1
@@ -28,7 +30,10 @@ class BlasGemmLaunch:
     column-major product ``out.T = b.T @ a.T`` on the buffers' addresses. Positions as
     :class:`~simaccel.codegen.library.GemmLaunch`'s: 0 out, 1 a, 2 b."""
 
-    __slots__ = ("_fn", "_args", "_pointers", "_offsets", "_kept")
+    __slots__ = ("_fn", "_args", "_pointers", "_offsets", "_kept", "commands")
+
+    #: builds a command list of launches' ``commands`` (:mod:`simaccel.runtime.sequence`)
+    build_commands = staticmethod(command_list)
 
     def __init__(self, address: int, params: tuple[int, ...], arrays: tuple[np.ndarray, ...],
                  beta: float = 0.0):
@@ -49,6 +54,11 @@ class BlasGemmLaunch:
         self._args = tuple(v if isinstance(v, ctypes.c_void_p) else ctypes.byref(v)
                            for v in values)
         self._fn = ctypes.CFUNCTYPE(None)(address)
+        #: the call as a command-list entry: every argument an address, the scalars' where
+        #: they live (kept alive by ``_args``), the operands' read from their pointers
+        self.commands: tuple = ((address, tuple(
+            v if isinstance(v, ctypes.c_void_p) else ctypes.c_void_p(ctypes.addressof(v))
+            for v in values), VOID),)
 
     def __call__(self) -> None:
         self._fn(*self._args)
@@ -66,13 +76,18 @@ class BlasGemmBiasLaunch(BlasGemmLaunch):
     the bias copied into every row of ``out``, then the BLAS product added to it (beta
     1), so it is rounded once."""
 
-    __slots__ = ("_rows", "_bias")
+    __slots__ = ("_rows", "_bias", "_bias_pointer")
 
     def __init__(self, address: int, params: tuple[int, ...], arrays: tuple[np.ndarray, ...]):
         super().__init__(address, params, arrays[:3], beta=1.0)
         m, n = params[1], params[3]
         self._rows = arrays[0][:m * n].reshape(m, n)
         self._bias = arrays[3][:n]
+        self._bias_pointer = ctypes.c_void_p(arrays[3].ctypes.data)
+        # the bias copy as a command-list entry: the bias row into each of out's m rows
+        rows = (self._pointers[0], self._bias_pointer, ctypes.c_int64(m),
+                ctypes.c_int64(n * arrays[0].itemsize))
+        self.commands = ((0, rows, ROWS), *self.commands)
 
     def __call__(self) -> None:
         self._rows[...] = self._bias
@@ -82,6 +97,7 @@ class BlasGemmBiasLaunch(BlasGemmLaunch):
         """As :meth:`BlasGemmLaunch.patch`; the output's rows and the bias are views."""
         if position == 3:
             self._bias = array[:self._bias.size]
+            self._bias_pointer.value = address  # the view keeps the array alive
             return
         if position == 0:
             self._rows = array[:self._rows.size].reshape(self._rows.shape)

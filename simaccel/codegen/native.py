@@ -30,14 +30,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from simaccel.errors import KernelIndexError, SimAccelError
+from simaccel.codegen.commands import command_list
+from simaccel.codegen.native_call import STATUS_EXCEPTION, kernel_error, new_target_machine
 
 #: bump when the entry ABI or the file layout changes.
 FORMAT = 1
 MAGIC = b"simaccel-native-kernel\n"
 ENTRY = "sk_entry"
-#: numba's status codes: 0 ok, -2 ok returning None; -1 and >= 1 are exceptions.
-STATUS_EXCEPTION = -1
 _ARRAY = re.compile(r"array\((\w+), 1d, C\)$")
 #: a 1-d C array arrives in numba's calling convention as these 7 values
 #: (meminfo, parent, nitems, itemsize, data, shape[0], strides[0]).
@@ -266,19 +265,8 @@ def _target_machine() -> Any:
 
 def _target_machine_locked() -> Any:
     if not _TM:
-        _TM.append(_new_target_machine())
+        _TM.append(new_target_machine())
     return _TM[0]
-
-
-def _new_target_machine() -> Any:
-    """A JIT target machine for the host CPU with optimising codegen."""
-    import llvmlite.binding as llvm
-
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    return llvm.Target.from_default_triple().create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-        opt=3, codemodel="jitdefault", jit=True)
 
 
 def load_object(blob: bytes, signature: tuple[str, ...]) -> NativeKernel | None:
@@ -298,7 +286,7 @@ def load_object(blob: bytes, signature: tuple[str, ...]) -> NativeKernel | None:
             or not all(_resolvable(s) for s in header.get("undefined", ["?"]))):
         return None
     # the engine takes ownership of (and frees) its target machine: give it its own
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
     engine.add_object_file(llvm.ObjectFileRef.from_data(code))
     engine.finalize_object()
     address = engine.get_function_address(ENTRY)
@@ -338,26 +326,33 @@ class NativeKernel:
         each kernel once per workspace and size tuple: its device views do not change
         between calls). ``addresses``: each array argument's data address (bytes) where
         the caller knows it (None entries are read from the array; ~4 us each)."""
-        return self._launch(args, self._c_arguments(args, addresses))
+        return self._launch(args, self._entry(self._c_arguments(args, addresses)))
 
     def native_bind(self, *args: Any, addresses: Any = None
                     ) -> tuple[Callable[[], None], tuple[int, tuple]]:
         """:meth:`bind` and the launch's (entry address, C arguments), for a command list
-        (:func:`command_list`), from one conversion of ``args``; the launch keeps
+        (:func:`.commands.command_list`), from one conversion of ``args``; the launch keeps
         ``args`` alive."""
-        c_args = self._c_arguments(args, addresses)
-        return self._launch(args, c_args), (self._address, c_args)
+        entry = self._entry(self._c_arguments(args, addresses))
+        return self._launch(args, entry), entry
 
-    def _launch(self, args: tuple, c_args: tuple) -> Callable[[], None]:
-        fn = self._fn
+    def _entry(self, c_args: tuple) -> tuple:
+        """The command-list entry of a launch on ``c_args`` (:mod:`.commands`)."""
+        return (self._address, c_args)
+
+    def _launch(self, args: tuple, entry: tuple) -> Callable[[], None]:
+        """A zero-argument launch of command-list ``entry`` (address, C arguments of
+        ``args``) by a foreign call."""
+        fn, c_args = self._fn, entry[1]
 
         def launch() -> None:
             status = fn(*c_args)
             if status == STATUS_EXCEPTION or status > 0:
                 raise kernel_error(status)
-        return patchable(launch, args, c_args)
+        return patchable(launch, args, entry)
 
-    command_list = staticmethod(lambda calls: command_list(calls))
+    #: builds a command list of launches' entries (a launch group's)
+    command_list = staticmethod(command_list)
 
     @staticmethod
     def array_slots(count: int) -> list[int]:
@@ -383,105 +378,24 @@ class NativeKernel:
         return tuple(c_args)
 
 
-def patchable(launch: Callable[[], None], args: tuple, c_args: tuple) -> Callable[[], None]:
-    """``launch`` (reading the C arguments ``c_args`` of ``args`` at every call) keeping
-    the arrays alive, with ``launch.patch(position, array, address)``: array argument
+def patchable(launch: Callable[[], None], args: tuple, entry: tuple) -> Callable[[], None]:
+    """``launch`` (reading the C arguments of ``args`` in command-list ``entry`` at every
+    call) keeping the arrays alive, with ``launch.commands``, its entries (a replay joins
+    them into one command list: :mod:`simaccel.runtime.sequence`), and
+    ``launch.patch(position, array, address)``: array argument
     ``position`` pointed at ``array`` (data address ``address``, bytes; the dtype and size
     it was bound with, checked by the caller) by storing the address in its C pointer,
     as a CUDA graph's kernel node takes new parameters. A host-mapped argument at a new
     address every call (a gradient, a new tensor every step) is then one store, not a
     new binding of every argument."""
     kept = list(args)
+    c_args = entry[1]
 
     def patch(position: int, array: Any, address: int) -> None:
         c_args[2 * position].value = address
         kept[position] = array
     launch.arrays = kept  # type: ignore[attr-defined]  # keeps the pointers valid
     launch.patch = patch  # type: ignore[attr-defined]
+    launch.commands = (entry,)  # type: ignore[attr-defined]
+    launch.build_commands = command_list  # type: ignore[attr-defined]
     return launch
-
-
-def kernel_error(status: int) -> SimAccelError:
-    """The error of a native kernel that returned numba exception ``status``: a raised
-    exception (>= 1) comes from the one check a kernel makes, its index bounds
-    (:func:`simaccel.codegen.emit.with_index_check`)."""
-    if status > 0:
-        return KernelIndexError(f"numba status {status}")
-    return SimAccelError(f"native kernel raised (numba status {status})")
-
-
-def command_list(calls: list[tuple[int, tuple]]) -> Callable[[], None]:
-    """One native function that calls each kernel entry of ``calls`` ((address, C
-    arguments) from :meth:`NativeKernel.native_bind`) in order and stops at the first
-    that raises: a recorded command list, launched by one foreign call instead of one per
-    kernel (~3 us each). Built with llvmlite's MCJIT (a few ms), so the runtime records
-    one for a launch group it runs again and again.
-
-    The arguments are read from the launch's argument table (``launch.table``, int64:
-    every call's C arguments in order, a pointer as its address), as a CUDA graph's
-    kernel nodes keep parameters that can be updated: an argument that moves between
-    launches (a host-mapped gradient, at a new address every step) is one table store,
-    and the list stays recorded. An entry with a third item, its arrays' item sizes
-    (:class:`~simaccel.codegen.numba_entry.NumbaEntryKernel`), is called in numba's own
-    convention."""
-    import llvmlite.binding as llvm
-
-    table = np.array([a.value or 0 for call in calls for a in call[1]], dtype=np.int64)
-    ir = _command_list_ir(calls)
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(ir), _new_target_machine())
-    engine.finalize_object()
-    address = engine.get_function_address("sk_commands")
-    fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)(address)
-    at = ctypes.c_void_p(table.ctypes.data)
-
-    def launch() -> None:
-        status = fn(at)
-        if status == STATUS_EXCEPTION or status > 0:
-            raise kernel_error(status)
-    launch.engine = engine  # type: ignore[attr-defined]  # owns the code
-    launch.table = table  # type: ignore[attr-defined]  # read at every launch
-    return launch
-
-
-def _command_list_ir(calls: list[tuple]) -> str:
-    """LLVM IR of :func:`command_list`: per call, the entry (i32 status) on pointer / i64
-    arguments loaded from the table (numba's convention where the call gives item
-    sizes); numba's exception statuses (-1, >= 1) return at once."""
-    lines = ["define i32 @sk_commands(ptr %table) {", "entry:",
-             "  %ret = alloca [8 x i64], align 16", "  %exc = alloca ptr, align 8",
-             "  store ptr null, ptr %exc, align 8"]
-    slot = 0
-    for k, (address, c_args, *itemsizes) in enumerate(calls):
-        args = []
-        for a in c_args:
-            lines += [f"  %s{slot} = getelementptr i64, ptr %table, i64 {slot}",
-                      f"  %v{slot} = load i64, ptr %s{slot}"]
-            if isinstance(a, ctypes.c_void_p):
-                lines.append(f"  %p{slot} = inttoptr i64 %v{slot} to ptr")
-                args.append(f"ptr %p{slot}")
-            else:
-                args.append(f"i64 %v{slot}")
-            slot += 1
-        if itemsizes:
-            args = _numba_convention(args, itemsizes[0])
-        args = ", ".join(args)
-        lines += [f"  %f{k} = inttoptr i64 {address} to ptr",
-                  f"  %r{k} = call i32 %f{k}({args})",
-                  f"  %neg{k} = icmp eq i32 %r{k}, {STATUS_EXCEPTION}",
-                  f"  %pos{k} = icmp sgt i32 %r{k}, 0",
-                  f"  %bad{k} = or i1 %neg{k}, %pos{k}",
-                  f"  br i1 %bad{k}, label %fail{k}, label %ok{k}",
-                  f"fail{k}:", f"  ret i32 %r{k}", f"ok{k}:"]
-    lines += ["  ret i32 0", "}"]
-    return "\n".join(lines) + "\n"
-
-
-def _numba_convention(args: list[str], itemsizes: tuple[int, ...]) -> list[str]:
-    """A call's IR arguments (a pointer and a length per array, then the ints) in numba's
-    convention: the return and exception slots, then per array its meminfo and parent
-    (null), length, item size, data, shape and stride (bytes)."""
-    out = ["ptr %ret", "ptr %exc"]
-    for j, size in enumerate(itemsizes):
-        data, length = args[2 * j], args[2 * j + 1]
-        out += ["ptr null", "ptr null", length, f"i64 {size}", data, length, f"i64 {size}"]
-    return out + args[2 * len(itemsizes):]

@@ -24,6 +24,7 @@ import ctypes
 from typing import Any, Callable
 
 from simaccel.codegen import native
+from simaccel.codegen.native_call import STATUS_EXCEPTION, kernel_error
 
 
 class NumbaEntryKernel(native.NativeKernel):
@@ -41,16 +42,15 @@ class NumbaEntryKernel(native.NativeKernel):
     def __call__(self, *args: Any) -> None:
         self._dispatcher(*args)
 
-    def native_bind(self, *args: Any, addresses: Any = None
-                    ) -> tuple[Callable[[], None], tuple[int, tuple, tuple[int, ...]]]:
-        """As :meth:`NativeKernel.native_bind`; the entry also carries the arrays' item
-        sizes, which tell the command list to call in numba's convention."""
-        c_args = self._c_arguments(args, addresses)
-        return self._launch(args, c_args), (self._address, c_args, self._itemsizes)
+    def _entry(self, c_args: tuple) -> tuple:
+        """As :meth:`NativeKernel._entry`; the entry also carries the arrays' item sizes,
+        which tell a command list to call in numba's convention."""
+        return (self._address, c_args, self._itemsizes)
 
-    def _launch(self, args: tuple, c_args: tuple) -> Callable[[], None]:
-        """A zero-argument launch in numba's convention on ``c_args`` (its pointer
-        objects themselves: a patch of one is seen by the next launch)."""
+    def _launch(self, args: tuple, entry: tuple) -> Callable[[], None]:
+        """A zero-argument launch in numba's convention on ``entry``'s C arguments (its
+        pointer objects themselves: a patch of one is seen by the next launch)."""
+        c_args = entry[1]
         ret = (ctypes.c_int64 * 8)()
         exc = ctypes.c_void_p(0)
         call = [ctypes.cast(ret, ctypes.c_void_p), ctypes.cast(ctypes.pointer(exc),
@@ -60,10 +60,10 @@ class NumbaEntryKernel(native.NativeKernel):
 
         def launch() -> None:
             status = fn(*call)
-            if status == native.STATUS_EXCEPTION or status > 0:
-                raise native.kernel_error(status)
+            if status == STATUS_EXCEPTION or status > 0:
+                raise kernel_error(status)
         launch.slots = keep  # type: ignore[attr-defined]  # the return and exception slots
-        return native.patchable(launch, args, c_args)
+        return native.patchable(launch, args, entry)
 
 
 _NULL = ctypes.c_void_p(0)

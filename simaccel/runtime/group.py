@@ -52,17 +52,14 @@ class LaunchGroup:
                                    [entry for _, entry in bound], self._buffer_slots(bound))
         return _PartLaunches(slices)
 
-    def _buffer_slots(self, bound: list[tuple[Any, tuple[int, tuple]]]
-                      ) -> list[tuple[Any, int]]:
+    def _buffer_slots(self, bound: list[tuple[Any, tuple[int, tuple]]]) -> list[Any]:
         """Per buffer argument of the group (in argument order), its C pointer in its
-        part's bound arguments and its slot in the command list's argument table (a
-        native part's C arguments: its kernel's ``array_slots``)."""
+        part's bound arguments (a native part's C arguments: its kernel's
+        ``array_slots``), which the command list reads at every launch."""
         slots = []
-        offset = 0
         for part, (_, entry) in zip(self.parts, bound):
-            c_args = entry[1]  # (address, C arguments[, item sizes])
-            slots += [(c_args[j], offset + j) for j in part.fn.array_slots(part.buffers)]
-            offset += len(c_args)
+            c_args = entry[1]  # (address, C arguments[, convention])
+            slots += [c_args[j] for j in part.fn.array_slots(part.buffers)]
         return slots
 
     def _slices(self, args: Sequence[Any], addresses: Sequence[int | None] | None
@@ -87,15 +84,18 @@ class _RecordedLaunch:
     """A group's launch that becomes one native command list once it has run
     :data:`RECORD_AFTER` times on the same arguments (building one costs a few ms, so a
     launch bound for one call, such as a new size tuple's, never pays it). ``calls``: the
-    parts' own launches until then; ``build`` and ``entries``: the command list's;
-    ``slots``: per buffer argument, its C pointer and command-list table slot
+    parts' own launches until then; ``build`` and ``commands``: the command list's
+    builder and entries (a replay may join them with its other launches':
+    :mod:`simaccel.runtime.sequence`); ``pointers``: per buffer argument, its C pointer
     (:meth:`patch`)."""
 
-    __slots__ = ("calls", "build", "entries", "runs", "recorded", "slots", "kept")
+    __slots__ = ("calls", "build_commands", "commands", "runs", "recorded", "pointers",
+                 "kept")
 
     def __init__(self, calls: tuple[Callable[[], Any], ...], build: Callable[..., Any],
-                 entries: list, slots: list[tuple[Any, int]]):
-        self.calls, self.build, self.entries, self.slots = calls, build, entries, slots
+                 commands: list, pointers: list[Any]):
+        self.calls, self.build_commands, self.commands = calls, build, tuple(commands)
+        self.pointers = pointers
         self.runs = 0
         self.recorded: Callable[[], None] | None = None
         #: buffer position -> the array a patch pointed it at (kept alive)
@@ -108,12 +108,7 @@ class _RecordedLaunch:
         and the recorded command list read it from then on, as a CUDA graph's updated
         kernel parameters: no part is bound again (a 12-kernel optimizer step took
         ~120 us to bind anew every step, its gradients being new tensors)."""
-        pointer, slot = self.slots[position]
-        if pointer.value == address:
-            return
-        pointer.value = address
-        if self.recorded is not None:
-            self.recorded.table[slot] = address  # type: ignore[attr-defined]
+        self.pointers[position].value = address
         self.kept[position] = array
 
     def __call__(self) -> None:
@@ -125,7 +120,7 @@ class _RecordedLaunch:
             call()
         self.runs += 1
         if self.runs >= RECORD_AFTER:
-            self.recorded = self.build(self.entries)
+            self.recorded = self.build_commands(self.commands)
 
 
 class _PartLaunches:

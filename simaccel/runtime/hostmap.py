@@ -347,6 +347,7 @@ def bind_mapped(bound: Any, srcs: Sequence[np.ndarray], host_outputs: Sequence[A
             # does not)
             hosts[buffer] = host.reshape(-1)
         bind(step.index, hosts, {streamed[p].buffer: addresses[p] for p in step.inputs})
+        bound.sequence = None  # a new launch: the recorded command lists go
     bound.mapped_addresses = addresses
     # with no mapped output, the next call on these very arrays binds nothing (the
     # launches hold these arrays already: remembering them keeps nothing else alive)

@@ -29,6 +29,7 @@ from simaccel.runtime.calls import CallProgress, call_plan
 from simaccel.runtime.constbank import BANK_LABEL
 from simaccel.runtime.hostmap import data_ptr
 from simaccel.runtime.resident import BoundWorkspace
+from simaccel.runtime.sequence import LaunchSequence
 from simaccel.runtime.spec import Placement
 
 
@@ -136,19 +137,24 @@ class Replay:
             dst[...] = args[index]  # equal shapes and dtypes (accepts): a plain copy
         bank = self.bank
         packed = False
-        launched = 0
+        sequence = bound.sequence
+        if sequence is None:
+            sequence = bound.sequence = LaunchSequence(bound.launches)
+        sequence.launched = 0
+        wall = None
         try:
             packed = bank is not None and bank.pack(args, sizes)  # raises on overflow
             if packed:
                 self.bank_dst[...] = bank.host
             with self.compute_lock:
                 start = time.perf_counter_ns()
-                for launch in bound.launches:
-                    launch()
-                    launched += 1
+                sequence()
                 wall = time.perf_counter_ns() - start
             (download or self._download)(host_outputs)
         except BaseException:
+            # every launch ran when the download failed (only an error outside simaccel
+            # can stop that)
+            launched = sequence.launched if wall is None else len(bound.launches)
             self._record_partial(packed, launched, ready_ns)
             raise
         self.dma.record_call_later(self.calls[packed], ready_ns=ready_ns)

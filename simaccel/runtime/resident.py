@@ -234,6 +234,10 @@ class BoundWorkspace:
     #: general calls made on this binding so far (a program with size symbols records
     #: its replay at a binding's second call: see ``Program.run``)
     general_calls: int = 0
+    #: how a replay runs ``launches`` (:class:`~simaccel.runtime.sequence.
+    #: LaunchSequence`, recording command lists): None until a replay runs them, and
+    #: again after a launch was bound anew
+    sequence: Any = None
 
     def __post_init__(self) -> None:
         #: ``output_copies`` as columns: output positions, device views, labels (the

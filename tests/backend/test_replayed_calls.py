@@ -116,3 +116,75 @@ def test_a_new_binding_replays_though_no_scalar_changed():
     stats = device.runtime_stats()
     assert stats["calls"] == 6 and stats["replayed_calls"] == 4  # calls 1 and 3 general
     assert counters["stats"]["unique_graphs"] == 1
+
+
+def _recorded_lists(program) -> list[int]:
+    """Per command list a replayed binding of ``program`` runs, how many launches it
+    covers (:mod:`simaccel.runtime.sequence`)."""
+    counts = []
+    for bound in program._bound.values():
+        steps = bound.sequence.steps if bound.sequence is not None else None
+        counts += [n for call, n, owners in steps or () if owners is not None]
+        assert steps is None or sum(n for _, n, _ in steps) == len(bound.launches)
+    return counts
+
+
+def test_a_replayed_forward_runs_its_launches_as_command_lists():
+    """An MLP forward (bias GEMMs, ReLU): once its replay ran its kernels a few times,
+    they run as native command lists; every call still equals eager."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 16)).eval()
+    compiled = torch.compile(model, backend="simaccel")
+    device = simaccel.get_device()
+    with torch.no_grad():
+        compiled(torch.randn(8, 32))
+        simaccel.wait_for_kernels()  # the kernels' compiled forms, which lists call
+        for _ in range(8):
+            x = torch.randn(8, 32)
+            out = compiled(x)
+            torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
+            assert out.shape == (8, 16) and out.dtype == torch.float32
+    lists = [n for p in device.programs() for n in _recorded_lists(p)]
+    assert lists and max(lists) >= 3  # the GEMMs and ReLUs of one forward, in one list
+    stats = device.runtime_stats()
+    assert stats["replayed_calls"] >= 6 and stats["host_fallback_ops"] == 0
+    assert stats["kernel_launches"] >= 9 * 5
+    assert device.dma_stats()["h2d.bytes"] >= 9 * 8 * 32 * 4
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+def test_a_training_step_with_command_lists_trains_as_eager():
+    """Forward, backward and an SGD-momentum step (a LambdaLR changing the lr) compiled:
+    the backward's weight gradients are new host-mapped arrays every step, patched into
+    the recorded lists; the parameters follow eager's step after step."""
+    torch.manual_seed(0)
+
+    def mlp() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                   torch.nn.Linear(64, 10))
+    models = [mlp(), mlp()]
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, foreach=False)
+            for m in models]
+    schedulers = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0 / (1 + s)) for o in opts]
+    forward = torch.compile(models[0], backend="simaccel")
+    step = torch.compile(opts[0].step, backend="simaccel")
+    device = simaccel.get_device()
+    for k in range(10):
+        x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
+        for f, s, opt, scheduler in ((forward, step, opts[0], schedulers[0]),
+                                     (models[1], opts[1].step, opts[1], schedulers[1])):
+            torch.nn.functional.cross_entropy(f(x), y).backward()
+            s()
+            opt.zero_grad(set_to_none=True)
+            scheduler.step()
+        if k == 0:
+            simaccel.wait_for_kernels()
+        for p, r in zip(models[0].parameters(), models[1].parameters()):
+            torch.testing.assert_close(p, r, rtol=1e-4, atol=1e-5)
+    assert sum(len(_recorded_lists(p)) for p in device.programs()) >= 2
+    stats = device.runtime_stats()
+    assert stats["host_fallback_ops"] == 0 and stats["replayed_calls"] >= 20
+    assert device.dma_stats()["d2h.bytes"] > 0

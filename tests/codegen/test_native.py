@@ -280,17 +280,6 @@ def test_a_launch_group_of_native_kernels_becomes_one_command_list(tmp_path):
     np.testing.assert_array_equal(out, _chained(fn, fn, a))  # the same code, in order
 
 
-def test_command_list_ir_calls_each_entry_with_arguments_from_its_table():
-    import ctypes
-    ir = native._command_list_ir([(4096, (ctypes.c_void_p(64), ctypes.c_int64(7))),
-                                  (8192, (ctypes.c_void_p(None), ctypes.c_int64(3)))])
-    assert ir.startswith("define i32 @sk_commands(ptr %table)")
-    assert "%s3 = getelementptr i64, ptr %table, i64 3" in ir
-    assert "call i32 %f0(ptr %p0, i64 %v1)" in ir
-    assert "call i32 %f1(ptr %p2, i64 %v3)" in ir
-    assert ir.count("ret i32 %r") == 2 and ir.rstrip().endswith("}")
-
-
 @pytest.mark.parametrize("record", [False, True])
 def test_a_bound_group_patched_to_new_arrays_computes_into_them(tmp_path, record):
     """A host-mapped argument at a new address (a gradient, a new tensor every step) is

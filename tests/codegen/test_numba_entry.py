@@ -114,16 +114,6 @@ def test_kernels_holding_the_gil_or_of_another_abi_stay_on_the_dispatcher():
     assert isinstance(numba_entry.entry_kernel(free, sig, SIG), numba_entry.NumbaEntryKernel)
 
 
-def test_command_list_ir_calls_a_numba_entry_in_numba_convention():
-    import ctypes
-    ir = native._command_list_ir([
-        (4096, (ctypes.c_void_p(64), ctypes.c_int64(7))),
-        (8192, (ctypes.c_void_p(128), ctypes.c_int64(9), ctypes.c_int64(3)), (4,))])
-    assert "call i32 %f0(ptr %p0, i64 %v1)" in ir  # a native entry: its own ABI
-    assert ("call i32 %f1(ptr %ret, ptr %exc, ptr null, ptr null, i64 %v3, i64 4, "
-            "ptr %p2, i64 %v3, i64 4, i64 %v4)") in ir
-
-
 @pytest.mark.parametrize("parallel", [False, True])
 def test_a_bound_launch_patched_to_new_arrays_computes_into_them(tmp_path, parallel):
     """A native and a prange kernel's bound launch re-pointed at new arrays (a host-mapped
