@@ -118,3 +118,32 @@ def test_other_indexing_ops_raise_for_an_out_of_range_index(name):
     _raises_like_eager(fn, compiled, torch.tensor([1, 9, 2]))
     torch.testing.assert_close(compiled(good), fn(good), rtol=0, atol=0)
     assert simaccel.get_device().runtime_stats()["host_fallback_ops"] == 0
+
+
+def test_an_index_error_inside_a_recorded_command_list_places_what_ran():
+    """A GEMM, then a gather by an index tensor, replayed until its launches run as one
+    command list (:mod:`simaccel.runtime.sequence`): a bad index stops the list at the
+    gather; the call raises as eager does, places the GEMM that ran and frees what it
+    took, and the next call runs the list again and equals eager."""
+    def fn(w: torch.Tensor, m: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        return torch.index_select(w @ m, 0, i) + 1.0
+
+    w, m, index = torch.randn(10, 16), torch.randn(16, 16), torch.tensor([3, 1, 9])
+    compiled = torch.compile(fn, backend="simaccel", dynamic=False)
+    device = simaccel.get_device()
+    with torch.no_grad():
+        compiled(w, m, index)
+        simaccel.wait_for_kernels()  # the compiled kernels, which lists call
+        for _ in range(6):
+            torch.testing.assert_close(compiled(w, m, index), fn(w, m, index))
+        program = next(p for p in device.programs() if p.spec.name.startswith("graph"))
+        (bound,) = program._bound.values()
+        assert [n for _, n, owners in bound.sequence.steps if owners] == [len(bound.launches)]
+        before = device.dma_stats()
+        _raises_like_eager(fn, compiled, w, m, torch.tensor([3, 10, 1]))
+        ran = device.dma_stats()["compute_items"] - before["compute_items"]
+        assert 1 <= ran < len(bound.launches)  # the GEMM, not the gather
+        again = compiled(w, m, index)
+        torch.testing.assert_close(again, fn(w, m, index))
+        assert again.shape == (3, 16) and again.dtype == torch.float32
+    assert device.runtime_stats()["host_fallback_ops"] == 0
