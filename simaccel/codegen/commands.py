@@ -10,8 +10,8 @@ updated: a launch patched to a new array (a host-mapped gradient, at a new addre
 step) stores the address in its pointer object, and the list, built once, calls with it.
 The conventions:
 
-- none: a simaccel native entry (``i32 f(ptr, i64, ..., i64 ...)``, a numba status);
-- a tuple of item sizes: numba's own convention for a kernel compiled in this process
+- none: a function returning a numba status (``i32 f(ptr | i64, ...)``): a simaccel
+  native entry, or numba's own compiled function, whose convention its entry spells out
   (:class:`~simaccel.codegen.numba_entry.NumbaEntryKernel`);
 - :data:`VOID`: a BLAS routine, every argument an address, nothing returned;
 - :data:`ROWS`: ``(dst, src, rows, row bytes)``, the row at ``src`` copied into each of
@@ -74,8 +74,6 @@ def command_list_ir(calls: Sequence[tuple], failed_at: int) -> str:
         else:
             args = [f"{'ptr' if isinstance(a, ctypes.c_void_p) else 'i64'} {ir.load(a)}"
                     for a in c_args]
-            if kind is not None:
-                args = _numba_convention(args, kind)
             ir.status_call(k, address, args, failed_at)
     return ir.text()
 
@@ -84,9 +82,7 @@ class _IR:
     """The body of ``sk_commands`` as it is emitted (see :func:`command_list_ir`)."""
 
     def __init__(self) -> None:
-        self.lines = ["define i32 @sk_commands() {", "entry:",
-                      "  %ret = alloca [8 x i64], align 16", "  %exc = alloca ptr, align 8",
-                      "  store ptr null, ptr %exc, align 8"]
+        self.lines = ["define i32 @sk_commands() {", "entry:"]
         self.values = 0
         #: the block being emitted (a loop's phi names its predecessor)
         self.block = "entry"
@@ -138,13 +134,3 @@ class _IR:
         return "\n".join([*self.lines, "  ret i32 0", "}",
                           "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"]) + "\n"
 
-
-def _numba_convention(args: list[str], itemsizes: tuple[int, ...]) -> list[str]:
-    """A call's IR arguments (a pointer and a length per array, then the ints) in numba's
-    convention: the return and exception slots, then per array its meminfo and parent
-    (null), length, item size, data, shape and stride (bytes)."""
-    out = ["ptr %ret", "ptr %exc"]
-    for j, size in enumerate(itemsizes):
-        data, length = args[2 * j], args[2 * j + 1]
-        out += ["ptr null", "ptr null", length, f"i64 {size}", data, length, f"i64 {size}"]
-    return out + args[2 * len(itemsizes):]

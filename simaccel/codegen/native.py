@@ -349,7 +349,7 @@ class NativeKernel:
             status = fn(*c_args)
             if status == STATUS_EXCEPTION or status > 0:
                 raise kernel_error(status)
-        return patchable(launch, args, entry)
+        return patchable(launch, args, entry, self.array_slots(len(self._dtypes)))
 
     #: builds a command list of launches' entries (a launch group's)
     command_list = staticmethod(command_list)
@@ -378,11 +378,13 @@ class NativeKernel:
         return tuple(c_args)
 
 
-def patchable(launch: Callable[[], None], args: tuple, entry: tuple) -> Callable[[], None]:
+def patchable(launch: Callable[[], None], args: tuple, entry: tuple,
+              slots: list[int]) -> Callable[[], None]:
     """``launch`` (reading the C arguments of ``args`` in command-list ``entry`` at every
-    call) keeping the arrays alive, with ``launch.commands``, its entries (a replay joins
-    them into one command list: :mod:`simaccel.runtime.sequence`), and
-    ``launch.patch(position, array, address)``: array argument
+    call; array ``j``'s data pointer at ``slots[j]``) keeping the arrays alive, with
+    ``launch.commands``, its entries (a replay joins them into one command list:
+    :mod:`simaccel.runtime.sequence`), and ``launch.patch(position, array, address)``:
+    array argument
     ``position`` pointed at ``array`` (data address ``address``, bytes; the dtype and size
     it was bound with, checked by the caller) by storing the address in its C pointer,
     as a CUDA graph's kernel node takes new parameters. A host-mapped argument at a new
@@ -392,7 +394,7 @@ def patchable(launch: Callable[[], None], args: tuple, entry: tuple) -> Callable
     c_args = entry[1]
 
     def patch(position: int, array: Any, address: int) -> None:
-        c_args[2 * position].value = address
+        c_args[slots[position]].value = address
         kept[position] = array
     launch.arrays = kept  # type: ignore[attr-defined]  # keeps the pointers valid
     launch.patch = patch  # type: ignore[attr-defined]

@@ -11,7 +11,7 @@ machine code is there to call: the function numba's dispatcher calls after typin
 arguments, in numba's calling convention (a return slot, an exception slot, seven values
 per array). :class:`NumbaEntryKernel` calls it so, with the arguments converted once per
 bound launch as :class:`~simaccel.codegen.native.NativeKernel` does, and hands it to a
-command list the same way (its entries say which convention to call with). The address
+command list the same way (its entry spells numba's arguments out). The address
 is this process's only: nothing is written to disk.
 
 Only kernels compiled ``nogil`` qualify (numba runs those without the GIL too, which is
@@ -21,10 +21,9 @@ ABI); any other stays on the dispatcher.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable
+from typing import Any
 
 from simaccel.codegen import native
-from simaccel.codegen.native_call import STATUS_EXCEPTION, kernel_error
 
 
 class NumbaEntryKernel(native.NativeKernel):
@@ -43,42 +42,31 @@ class NumbaEntryKernel(native.NativeKernel):
         self._dispatcher(*args)
 
     def _entry(self, c_args: tuple) -> tuple:
-        """As :meth:`NativeKernel._entry`; the entry also carries the arrays' item sizes,
-        which tell a command list to call in numba's convention."""
-        return (self._address, c_args, self._itemsizes)
+        """The command-list entry of a launch on ``c_args`` (a pointer and a length per
+        array, then the ints) in numba's convention: a return and an exception slot of
+        the launch's own, then per array its meminfo and parent (null: the caller owns
+        the memory), length, item size, data, shape and stride (bytes), then the ints.
+        The pointer objects are ``c_args``' own, so a patch of one is seen (the casts
+        keep the slots alive)."""
+        ret, exc = (ctypes.c_int64 * 8)(), ctypes.c_void_p(0)
+        call = [ctypes.cast(ret, ctypes.c_void_p),
+                ctypes.cast(ctypes.pointer(exc), ctypes.c_void_p)]
+        for j, size in enumerate(self._itemsizes):
+            data, length = c_args[2 * j], c_args[2 * j + 1]
+            item = ctypes.c_int64(size)
+            call += [_NULL, _NULL, length, item, data, length, item]
+        return (self._address, (*call, *c_args[2 * len(self._itemsizes):]))
 
-    def _launch(self, args: tuple, entry: tuple) -> Callable[[], None]:
-        """A zero-argument launch in numba's convention on ``entry``'s C arguments (its
-        pointer objects themselves: a patch of one is seen by the next launch)."""
-        c_args = entry[1]
-        ret = (ctypes.c_int64 * 8)()
-        exc = ctypes.c_void_p(0)
-        call = [ctypes.cast(ret, ctypes.c_void_p), ctypes.cast(ctypes.pointer(exc),
-                                                                ctypes.c_void_p)]
-        call += numba_arguments(c_args, self._itemsizes)
-        fn, keep = self._fn, (ret, exc)
-
-        def launch() -> None:
-            status = fn(*call)
-            if status == STATUS_EXCEPTION or status > 0:
-                raise kernel_error(status)
-        launch.slots = keep  # type: ignore[attr-defined]  # the return and exception slots
-        return native.patchable(launch, args, entry)
+    @staticmethod
+    def array_slots(count: int) -> list[int]:
+        """Positions of the first ``count`` arrays' data pointers among a launch's C
+        arguments (:meth:`_entry`: two slots, then seven values per array, the data
+        fifth)."""
+        return [2 + 7 * j + 4 for j in range(count)]
 
 
+#: a null pointer (an array's meminfo and parent)
 _NULL = ctypes.c_void_p(0)
-
-
-def numba_arguments(c_args: tuple, itemsizes: tuple[int, ...]) -> list[Any]:
-    """``c_args`` (a pointer and a length per array, then the ints) as numba passes them:
-    per array its meminfo and parent (null: the caller owns the memory), length, item
-    size, data, shape and stride (bytes)."""
-    out: list[Any] = []
-    for j, size in enumerate(itemsizes):
-        data, length = c_args[2 * j], c_args[2 * j + 1]
-        item = ctypes.c_int64(size)
-        out += [_NULL, _NULL, length, item, data, length, item]
-    return out + list(c_args[2 * len(itemsizes):])
 
 
 def entry_kernel(dispatcher: Any, numba_sig: tuple, signature: tuple[str, ...]

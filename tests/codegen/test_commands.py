@@ -23,16 +23,34 @@ def test_the_ir_reads_every_argument_from_its_ctypes_object():
     pointer, count = ctypes.c_void_p(64), ctypes.c_int64(7)
     numba_pointer, numba_count = ctypes.c_void_p(128), ctypes.c_int64(9)
     ir = commands.command_list_ir([(4096, (pointer, count)),
-                                   (8192, (numba_pointer, numba_count, ctypes.c_int64(3)),
-                                    (4,))], failed_at=512)
+                                   (8192, (numba_pointer, numba_count, ctypes.c_int64(3)))],
+                                  failed_at=512)
     assert ir.startswith("define i32 @sk_commands()")
     assert f"%a0 = inttoptr i64 {ctypes.addressof(pointer)} to ptr" in ir
     assert f"%a1 = inttoptr i64 {ctypes.addressof(count)} to ptr" in ir
-    assert "call i32 %f0(ptr %p0, i64 %v1)" in ir  # a native entry: its own ABI
-    assert ("call i32 %f1(ptr %ret, ptr %exc, ptr null, ptr null, i64 %v3, i64 4, "
-            "ptr %p2, i64 %v3, i64 4, i64 %v4)") in ir  # numba's convention
+    assert "call i32 %f0(ptr %p0, i64 %v1)" in ir  # an entry's own ABI
+    assert "call i32 %f1(ptr %p2, i64 %v3, i64 %v4)" in ir
     assert "%at1 = inttoptr i64 512 to ptr" in ir and "store i64 1, ptr %at1" in ir
     assert ir.count("ret i32 %r") == 2
+
+
+def test_a_numba_entry_spells_out_numba_convention(tmp_path):
+    """A numba-entry launch's command-list entry: its return and exception slots, then
+    per array meminfo and parent (null), length, item size, data, shape and stride,
+    then the ints; the data pointers are the ones a patch stores into."""
+    fn = KernelCache(tmp_path).load(PARALLEL, SIG).fn
+    a = np.linspace(-2, 2, 9, dtype=np.float32)
+    out = np.zeros_like(a)
+    launch = fn.bind(out, a, 9)
+    ((address, c_args),) = launch.commands
+    assert len(c_args) == 2 + 7 * 2 + 1
+    values = [arg.value for arg in c_args]
+    assert values[2:9] == [None, None, 9, 4, out.ctypes.data, 9, 4]
+    assert values[9:16] == [None, None, 9, 4, a.ctypes.data, 9, 4] and values[16] == 9
+    assert [c_args[s].value for s in fn.array_slots(2)] == [out.ctypes.data, a.ctypes.data]
+    new_out = np.zeros_like(a)
+    launch.patch(0, new_out, new_out.ctypes.data)
+    assert c_args[fn.array_slots(1)[0]].value == new_out.ctypes.data
 
 
 def test_the_ir_of_a_blas_call_and_a_row_copy():
