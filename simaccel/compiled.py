@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.fx
 
+from simaccel.address_call import AddressCall, bump_version
 from simaccel.codegen import compile_pool
 from simaccel.codegen.ir import contiguous_strides, dense_strides
 from simaccel.codegen.size_args import runtime_size, runtime_sizes
@@ -17,6 +18,7 @@ from simaccel.codegen.sizes import is_symbolic
 from simaccel.guards import dynamo
 from simaccel.host_args import (HostArrays, StaticViews, content_key, next_version_key,
                                 numpy_view, writeback_view_of)
+from simaccel.runtime.address import address_replay
 from simaccel.runtime.direct import DirectReplay, direct_possible, direct_replay
 from simaccel.runtime.layout import MAX_LAYOUTS
 from simaccel.runtime.program import Program
@@ -94,8 +96,24 @@ class CompiledGraph:
         self._direct_download: Callable[[list[Any]], None] | None = None
         #: whether a direct replay can apply at all (else none is looked for)
         self._direct_possible = self._plain and direct_possible(program)
+        #: the steady call by data addresses (:mod:`simaccel.address_call`) once a call's
+        #: binding recorded its replay; None before, and after a call it did not fit
+        self._address_call: AddressCall | None = None
+        #: whether one can apply: a static-shape graph without resident inputs, every
+        #: input mutation updated in place by its kernel (a plain graph has its direct
+        #: replay instead)
+        self._address_possible = not (self._sizes_vary or self._plain or self.resident
+                                      or self._resident_written) \
+            and set(self._writebacks) <= set(self._updated)
 
     def __call__(self, args: list[Any]) -> list[Any]:
+        address_call = self._address_call
+        if address_call is not None:
+            outputs = address_call(args)
+            if outputs is not None:
+                args.clear()
+                return outputs
+            self._address_call = None  # the general call below, then a new one is looked for
         host_arrays = self._host_arrays
         if host_arrays is None or host_arrays.count != len(args):
             return self._first_call(args)
@@ -127,11 +145,23 @@ class CompiledGraph:
             if self._resident_written else None  # type: ignore[index]
         self.program.run(host_args, hosts, keys, data_ptrs, layout, after)
         for i in self._bumped_after:
-            _bump_version(args[i])
+            bump_version(args[i])
         for index, value in self.host_outputs.items():
             outputs[index] = value(args) if callable(value) else scalars.get(index, value)
+        if self._address_possible and self._address_call is None:
+            self._find_address_call(args, outputs, makers, scalars, layout)
         args.clear()
         return outputs
+
+    def _find_address_call(self, args: list[Any], outputs: list[Any], makers: list[Any],
+                           scalars: dict[int, Any], layout: Any) -> None:
+        """Take the program's address replay at ``layout`` if its binding recorded one
+        and calls like this one (``args``, ``outputs``) fit it."""
+        found = address_replay(self.program, layout)
+        if found is not None and AddressCall.fits(found, args, outputs):
+            self._address_call = AddressCall(found, args, makers, scalars,
+                                             self.host_outputs, self.bank_inputs,
+                                             self._bumped_after)
 
     def _first_call(self, args: list[Any]) -> list[Any]:
         """The first call (or one with another argument count): sorts the argument
@@ -235,11 +265,6 @@ def _torch_view(src: np.ndarray, host: torch.Tensor) -> torch.Tensor | None:
             return None
         view = view.view(host.dtype)
     return view if view.shape == host.shape else None
-
-
-def _bump_version(t: Any) -> None:
-    if isinstance(t, torch.Tensor) and not t.is_inference():
-        torch.autograd.graph.increment_version(t)
 
 
 class HostOutputs:

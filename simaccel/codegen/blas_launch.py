@@ -32,6 +32,9 @@ class BlasGemmLaunch:
 
     __slots__ = ("_fn", "_args", "_pointers", "_offsets", "_kept", "commands")
 
+    #: :meth:`patch` stores the address alone (the array is only kept alive)
+    patched_by_address = True
+
     #: builds a command list of launches' ``commands`` (:mod:`simaccel.runtime.sequence`)
     build_commands = staticmethod(command_list)
 
@@ -77,6 +80,9 @@ class BlasGemmBiasLaunch(BlasGemmLaunch):
     1), so it is rounded once."""
 
     __slots__ = ("_rows", "_bias", "_bias_pointer")
+
+    #: :meth:`patch` keeps views of the output's rows and of the bias
+    patched_by_address = False
 
     def __init__(self, address: int, params: tuple[int, ...], arrays: tuple[np.ndarray, ...]):
         super().__init__(address, params, arrays[:3], beta=1.0)

@@ -398,6 +398,7 @@ def patchable(launch: Callable[[], None], args: tuple, entry: tuple,
         kept[position] = array
     launch.arrays = kept  # type: ignore[attr-defined]  # keeps the pointers valid
     launch.patch = patch  # type: ignore[attr-defined]
+    launch.patched_by_address = True  # type: ignore[attr-defined]  # the array is kept only
     launch.commands = (entry,)  # type: ignore[attr-defined]
     launch.build_commands = command_list  # type: ignore[attr-defined]
     return launch

@@ -92,6 +92,10 @@ class _RecordedLaunch:
     __slots__ = ("calls", "build_commands", "commands", "runs", "recorded", "pointers",
                  "kept")
 
+    #: :meth:`patch` stores the address alone (the array is only kept alive), so an
+    #: :class:`~simaccel.runtime.address.AddressReplay` may pass what holds the memory
+    patched_by_address = True
+
     def __init__(self, calls: tuple[Callable[[], Any], ...], build: Callable[..., Any],
                  commands: list, pointers: list[Any]):
         self.calls, self.build_commands, self.commands = calls, build, tuple(commands)

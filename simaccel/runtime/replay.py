@@ -130,11 +130,18 @@ class Replay:
         there instead). Returns the kernels' host wall time (ns). A kernel that raises
         stops the call: what moved and ran is placed, as the general call does, and the
         error goes on."""
-        bound = self.bound
         if self.bind_mapped is not None:
-            self.bind_mapped(bound, args, host_outputs, data_ptrs)
-        for index, dst, _, _ in self.inputs:
-            dst[...] = args[index]  # equal shapes and dtypes (accepts): a plain copy
+            self.bind_mapped(self.bound, args, host_outputs, data_ptrs)
+        return self.run_bound(args, host_outputs, sizes, ready_ns, download)
+
+    def run_bound(self, args: list[Any], host_outputs: list[Any], sizes: tuple[int, ...],
+                  ready_ns: float, download: Callable[[list[Any]], None] | None = None,
+                  upload: Callable[[list[Any]], None] | None = None) -> int:
+        """:meth:`run` once the launches on host memory are bound to this call's arrays
+        (an :class:`~simaccel.runtime.address.AddressReplay` points them itself, and
+        copies the inputs in by ``upload(args)``)."""
+        bound = self.bound
+        (upload or self._upload)(args)
         bank = self.bank
         packed = False
         sequence = bound.sequence
@@ -159,6 +166,12 @@ class Replay:
             raise
         self.dma.record_call_later(self.calls[packed], ready_ns=ready_ns)
         return wall
+
+    def _upload(self, args: list[Any]) -> None:
+        """Copy every copied input into its device view (shapes and dtypes equal:
+        accepts)."""
+        for index, dst, _, _ in self.inputs:
+            dst[...] = args[index]
 
     def _download(self, host_outputs: list[Any]) -> None:
         """Copy every output into its host array (shapes and dtypes equal: accepts)."""

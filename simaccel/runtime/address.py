@@ -1,0 +1,211 @@
+"""Address replays: a program's steady call entered with its tensors' data addresses.
+
+A replay (:mod:`simaccel.runtime.replay`) repeats a recorded call: copy the inputs in,
+point the launches on host memory at this call's tensors, pack the lifted scalars, run
+the launches, copy the outputs out. The general call (:meth:`Program.run
+<simaccel.runtime.program.Program.run>`) gets there from a numpy view of every argument
+and output and per-position checks of each; an :class:`AddressReplay` takes the data
+addresses (bytes) its caller read from the tensors (~0.1 us each, against ~1 us a view)
+and does the same work by address:
+
+- host-mapped inputs (an optimizer's parameters, state and gradients; a training graph's
+  large activations): the addresses are compared with the ones the launches point at as
+  one list, and the launches whose tensor moved are patched, as a CUDA graph's kernel
+  nodes take new parameters;
+- copied inputs: one ``memmove`` each into the device view, at an aligned address (else
+  the general path stages it);
+- host-mapped outputs: the launch writing one is patched to the new output's address;
+- copied outputs: one ``memmove`` each from the device view into the caller's new
+  output, C-contiguous like it.
+
+Measured on the SGD-momentum MLP training step of ``simaccel bench`` (in one process,
+40 rounds alternating with the general path, ``/tmp/s43/abaddr.py`` in the session
+notes): the optimizer step's phase took 324 us instead of 364, the whole step 1.182x
+eager's instead of 1.208x.
+
+The call moves the same bytes, runs the same kernels and lands on the timeline, trace
+and counters exactly as the general replay (``tests/backend/test_address_calls.py``); a
+call it does not fit (another state, a copied input at a misaligned address, a launch it
+cannot patch by address) returns False before anything moves, and the caller goes the
+general way.
+"""
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from simaccel.runtime import tiers
+
+#: ``memmove(destination, source, bytes)`` on data addresses
+_MEMMOVE = ctypes.memmove
+
+
+class AddressReplay:
+    """One binding's replay for a caller passing data addresses (see the module doc);
+    made by :func:`address_replay`.
+
+    :attr:`indices`: the argument index of each input the call passes an address for,
+    the :attr:`mapped` host-mapped ones first (in the order :attr:`addresses`, where the
+    launches point now, has them), then the copied ones. :attr:`outputs`: the positions
+    of the outputs the program writes (the caller makes each as a new C-contiguous
+    tensor and passes its address)."""
+
+    __slots__ = ("program", "device", "bound", "replay", "block", "launches", "indices",
+                 "mapped", "addresses", "outputs", "_positions", "_targets", "_copies_in",
+                 "_copies_out", "_written", "_written_at", "_alignment")
+
+    def __init__(self, program: Any, bound: Any):
+        self.program = program
+        self.device = program.device
+        self.bound = bound
+        self.replay = replay = bound.replay
+        self.block = program._state.workspace
+        self.launches = program._launches_per_call
+        self._alignment = replay.alignment
+        mapped = program._mapped_steps
+        self.mapped = len(mapped.indices)
+        self.indices: tuple[int, ...] = (*mapped.indices,
+                                         *(index for index, _, _, _ in replay.inputs))
+        #: the streamed position of each mapped input
+        self._positions = mapped.positions
+        #: per mapped input: (``patch`` of each launch reading or updating it, its
+        #: argument positions there); a binding's launches on host memory are made once
+        #: and only ever patched after (:func:`address_replay` took only launches that
+        #: are patched by address), so the methods are taken once
+        self._targets: list[list[tuple[Any, tuple[int, ...]]]] = [[] for _ in self._positions]
+        where = {p: k for k, p in enumerate(self._positions)}
+        for step in mapped.steps:
+            for p in step.inputs:
+                buffer = program._streamed[p].buffer
+                self._targets[where[p]].append((bound.launches[step.index].patch,
+                                                step.arguments[buffer]))
+        self.addresses: list[int] = [bound.mapped_addresses.get(p, 0) for p in self._positions]
+        #: (device address, bytes) of each copied input's destination, in order
+        self._copies_in = [(data_address(dst), dst.nbytes) for _, dst, _, _ in replay.inputs]
+        #: (output position, device address, bytes) of each copied output
+        self._copies_out = [(position, data_address(src), src.nbytes)
+                            for position, src, _, _, _ in replay.outputs]
+        #: (output position, ``patch`` of the launch writing it, argument positions) of
+        #: each mapped output
+        self._written = [(pos, bound.launches[step.index].patch, step.arguments[buffer])
+                         for step in mapped.writing for pos, buffer in step.outputs]
+        #: output position -> the address its launch was pointed at by this replay
+        self._written_at: dict[int, int] = {}
+        self.outputs = sorted({p for p, _, _ in self._copies_out}
+                              | {p for p, _, _ in self._written})
+
+    def copy_bytes(self) -> tuple[list[int], dict[int, int]]:
+        """The bytes each copy moves: of each copied input (in :attr:`indices`' order,
+        after the mapped ones), and of each copied output by position (what a caller's
+        tensors must hold, as one ``memmove`` each)."""
+        return ([nbytes for _, nbytes in self._copies_in],
+                {position: nbytes for position, _, nbytes in self._copies_out})
+
+    def __call__(self, args: list[Any], addresses: list[int], keep: Sequence[Any],
+                 outputs: Sequence[Any], output_addresses: Sequence[int]) -> bool:
+        """Replay the call on ``args`` (Python numbers at the constant bank's positions),
+        its inputs at ``addresses`` (bytes; :attr:`indices`' order; ``keep``: what holds
+        each mapped one's memory, kept alive by the launch pointing at it), into
+        ``outputs`` at ``output_addresses`` (by output position); False (nothing moved)
+        when the state this replay was made in changed or a copied input is misaligned."""
+        program, bound = self.program, self.bound
+        mapped = self.mapped
+        alignment = self._alignment
+        for address in addresses[mapped:]:
+            if address % alignment:
+                return False  # staged by the general path
+        with program._lock:
+            if program._generation != self.device.generation \
+                    or program._tier_epoch != tiers.current() \
+                    or program._state.workspace is not self.block \
+                    or program._bound.get(bound.layout.key) is not bound \
+                    or bound.replay is not self.replay:
+                return False
+            moved = addresses[:mapped]
+            if moved != self.addresses:
+                self._point(moved, keep)
+            if self._written:
+                self._point_outputs(outputs, output_addresses)
+
+            def upload(_: list[Any]) -> None:
+                for (dst, nbytes), src in zip(self._copies_in, addresses[mapped:]):
+                    _MEMMOVE(dst, src, nbytes)
+
+            def download(_: list[Any]) -> None:
+                for position, src, nbytes in self._copies_out:
+                    _MEMMOVE(output_addresses[position], src, nbytes)
+            wall = program._kernel_wall_ns = self.replay.run_bound(
+                args, [], bound.layout.sizes, 0.0, download, upload)
+            counts = program._counts
+            counts.calls += 1
+            counts.replayed_calls += 1
+            counts.kernel_launches += self.launches
+            counts.kernel_wall_ns += wall
+        return True
+
+    def _point(self, addresses: list[int], keep: Sequence[Any]) -> None:
+        """Patch every launch on a mapped input that moved; the binding's record of what
+        its launches point at follows, so a general call after this one binds from
+        there."""
+        bound, targets, positions = self.bound, self._targets, self._positions
+        for k, (new, old) in enumerate(zip(addresses, self.addresses)):
+            if new != old:
+                holder = keep[k]
+                for patch, arguments in targets[k]:
+                    for argument in arguments:
+                        patch(argument, holder, new)
+                bound.mapped_addresses[positions[k]] = new
+        bound.mapped_checked.clear()  # the arrays the general call checked are not bound
+        bound.mapped_sources = None
+        self.addresses = addresses
+
+    def _point_outputs(self, outputs: Sequence[Any], addresses: Sequence[int]) -> None:
+        """Patch the launch writing each mapped output that is not at its last address."""
+        at = self._written_at
+        for pos, patch, arguments in self._written:
+            address = addresses[pos]
+            if at.get(pos) != address:
+                for argument in arguments:
+                    patch(argument, outputs[pos], address)
+                at[pos] = address
+
+
+def _by_address(launch: Any) -> bool:
+    """Whether ``launch``'s ``patch`` stores an address alone (the array passed is only
+    kept alive)."""
+    return getattr(launch, "patched_by_address", False)
+
+
+def data_address(view: np.ndarray) -> int:
+    """The data address (bytes) of a device view."""
+    return view.__array_interface__["data"][0]
+
+
+def address_replay(program: Any, layout: Any) -> AddressReplay | None:
+    """The :class:`AddressReplay` of ``program``'s binding at ``layout``, or None if the
+    binding has no record yet or its calls need more than addresses: an input resident
+    on the device, an input written back, a host step, an output or input copy that is
+    not of its whole buffer in C order, a launch that cannot be patched by address."""
+    bound = program._bound.get(layout.key)
+    workspace = program._state.workspace
+    if bound is None or not bound.replay or workspace is None \
+            or bound.offset != workspace.offset \
+            or program._resident_inputs or program._host_steps:
+        return None
+    replay = bound.replay
+    if any(index is not None for *_, index in replay.outputs) \
+            or not all(_whole(dst) for _, dst, _, _ in replay.inputs) \
+            or not all(_whole(src) for _, src, _, _, _ in replay.outputs):
+        return None
+    mapped = program._mapped_steps
+    if not all(_by_address(bound.launches[step.index]) for step in mapped.steps):
+        return None
+    return AddressReplay(program, bound)
+
+
+def _whole(view: np.ndarray) -> bool:
+    """Whether a device view is C-contiguous (a copy by address is one ``memmove``)."""
+    return view.flags.c_contiguous
