@@ -99,12 +99,17 @@ class CompiledGraph:
         #: the steady call by data addresses (:mod:`simaccel.address_call`) once a call's
         #: binding recorded its replay; None before, and after a call it did not fit
         self._address_call: AddressCall | None = None
-        #: whether one can apply: a static-shape graph without resident inputs, every
-        #: input mutation updated in place by its kernel (a plain graph has its direct
-        #: replay instead)
-        self._address_possible = not (self._sizes_vary or self._plain or self.resident
+        #: whether one can apply: a static-shape graph whose resident inputs it never
+        #: writes, every input mutation updated in place by its kernel (a plain graph has
+        #: its direct replay instead)
+        self._address_possible = not (self._sizes_vary or self._plain
                                       or self._resident_written) \
             and set(self._writebacks) <= set(self._updated)
+        #: general calls to make before looking for an address call again, and the next
+        #: such wait: an address call that did not fit its very next call (resident
+        #: weights an optimizer changes every step) is looked for again after 1, 3, 7 ...
+        #: 63 general calls, so finding it costs a training step nearly nothing
+        self._address_wait = self._address_backoff = 0
 
     def __call__(self, args: list[Any]) -> list[Any]:
         address_call = self._address_call
@@ -113,7 +118,7 @@ class CompiledGraph:
             if outputs is not None:
                 args.clear()
                 return outputs
-            self._address_call = None  # the general call below, then a new one is looked for
+            self._address_missed(address_call)  # the general call below
         host_arrays = self._host_arrays
         if host_arrays is None or host_arrays.count != len(args):
             return self._first_call(args)
@@ -157,11 +162,22 @@ class CompiledGraph:
                            scalars: dict[int, Any], layout: Any) -> None:
         """Take the program's address replay at ``layout`` if its binding recorded one
         and calls like this one (``args``, ``outputs``) fit it."""
+        if self._address_wait:
+            self._address_wait -= 1
+            return
         found = address_replay(self.program, layout)
         if found is not None and AddressCall.fits(found, args, outputs):
             self._address_call = AddressCall(found, args, makers, scalars,
                                              self.host_outputs, self.bank_inputs,
-                                             self._bumped_after)
+                                             self._bumped_after, self.resident)
+
+    def _address_missed(self, call: AddressCall) -> None:
+        """Leave the address call that did not fit a call; wait longer before looking
+        for the next one if it fitted none."""
+        self._address_call = None
+        self._address_backoff = 0 if call.served else min(2 * self._address_backoff + 1,
+                                                          ADDRESS_WAIT_MAX)
+        self._address_wait = self._address_backoff
 
     def _first_call(self, args: list[Any]) -> list[Any]:
         """The first call (or one with another argument count): sorts the argument
@@ -226,6 +242,10 @@ class CompiledGraph:
         def download(outputs: list[Any]) -> None:
             outputs.extend(map(_CLONE, clones))
         self._direct, self._direct_download = direct, download
+
+
+#: the most general calls a graph waits before looking for an address call again
+ADDRESS_WAIT_MAX = 63
 
 
 def direct_caller(compiled: Any, held: tuple[torch.Tensor, ...] = (),

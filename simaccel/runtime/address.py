@@ -54,8 +54,9 @@ class AddressReplay:
     tensor and passes its address)."""
 
     __slots__ = ("program", "device", "bound", "replay", "block", "launches", "indices",
-                 "mapped", "addresses", "outputs", "_positions", "_targets", "_copies_in",
-                 "_copies_out", "_written", "_written_at", "_alignment")
+                 "mapped", "addresses", "outputs", "strided", "_positions", "_targets",
+                 "_movable", "_copies_in", "_copies_out", "_strided_out", "_written",
+                 "_written_at", "_alignment")
 
     def __init__(self, program: Any, bound: Any):
         self.program = program
@@ -73,44 +74,73 @@ class AddressReplay:
         self._positions = mapped.positions
         #: per mapped input: (``patch`` of each launch reading or updating it, its
         #: argument positions there); a binding's launches on host memory are made once
-        #: and only ever patched after (:func:`address_replay` took only launches that
-        #: are patched by address), so the methods are taken once
+        #: and only ever patched after, so the methods are taken once
         self._targets: list[list[tuple[Any, tuple[int, ...]]]] = [[] for _ in self._positions]
+        #: per mapped input: whether every such launch is patched by address (else a
+        #: call where it moved goes the general way, which binds such a launch anew: a
+        #: model's weights never move)
+        self._movable = [True] * len(self._positions)
         where = {p: k for k, p in enumerate(self._positions)}
         for step in mapped.steps:
+            launch = bound.launches[step.index]
             for p in step.inputs:
                 buffer = program._streamed[p].buffer
-                self._targets[where[p]].append((bound.launches[step.index].patch,
+                self._targets[where[p]].append((getattr(launch, "patch", None),
                                                 step.arguments[buffer]))
+                self._movable[where[p]] &= _by_address(launch)
         self.addresses: list[int] = [bound.mapped_addresses.get(p, 0) for p in self._positions]
         #: (device address, bytes) of each copied input's destination, in order
         self._copies_in = [(data_address(dst), dst.nbytes) for _, dst, _, _ in replay.inputs]
-        #: (output position, device address, bytes) of each copied output
+        #: (output position, device address, bytes) of each copied output that is one
+        #: block of memory, and (output position, device view) of each other one (a
+        #: head's slice of a fused projection: copied by numpy, into the caller's view)
         self._copies_out = [(position, data_address(src), src.nbytes)
-                            for position, src, _, _, _ in replay.outputs]
+                            for position, src, _, _, _ in replay.outputs if _dense(src)]
+        self._strided_out = [(position, src) for position, src, _, _, _ in replay.outputs
+                             if not _dense(src)]
+        #: the positions of the outputs copied by numpy
+        self.strided = [position for position, _ in self._strided_out]
         #: (output position, ``patch`` of the launch writing it, argument positions) of
         #: each mapped output
         self._written = [(pos, bound.launches[step.index].patch, step.arguments[buffer])
                          for step in mapped.writing for pos, buffer in step.outputs]
         #: output position -> the address its launch was pointed at by this replay
         self._written_at: dict[int, int] = {}
-        self.outputs = sorted({p for p, _, _ in self._copies_out}
+        self.outputs = sorted({p for p, _, _, _, _ in replay.outputs}
                               | {p for p, _, _ in self._written})
 
-    def copy_bytes(self) -> tuple[list[int], dict[int, int]]:
-        """The bytes each copy moves: of each copied input (in :attr:`indices`' order,
-        after the mapped ones), and of each copied output by position (what a caller's
-        tensors must hold, as one ``memmove`` each)."""
-        return ([nbytes for _, nbytes in self._copies_in],
-                {position: nbytes for position, _, nbytes in self._copies_out})
+    def copy_layouts(self) -> tuple[list[int], dict[int, tuple[int, tuple[int, ...]]]]:
+        """What a caller's tensors must be for one ``memmove`` each: the bytes of each
+        copied input (in :attr:`indices`' order, after the mapped ones; C-contiguous),
+        and the bytes and strides (elements) of each copied output by position (dense,
+        from its first element) but the :attr:`strided` ones, copied into a view."""
+        outputs = {position: (src.nbytes, tuple(s // src.itemsize for s in src.strides))
+                   for position, src, _, _, _ in self.replay.outputs
+                   if position not in self.strided}
+        return [nbytes for _, nbytes in self._copies_in], outputs
+
+    def strided_views(self) -> list[tuple[int, np.ndarray]]:
+        """(output position, device view) of each :attr:`strided` output."""
+        return list(self._strided_out)
+
+    def copy_by_view(self, positions: set[int]) -> None:
+        """Copy the outputs at ``positions`` too by numpy, into the caller's views (a
+        caller's tensor in another order of dimensions than its device view: eager's
+        layout of an attention's per-head statistics); set before the first call."""
+        views = {position: src for position, src, _, _, _ in self.replay.outputs}
+        self._copies_out = [c for c in self._copies_out if c[0] not in positions]
+        self._strided_out += [(p, views[p]) for p in sorted(positions) if p not in self.strided]
+        self.strided = [position for position, _ in self._strided_out]
 
     def __call__(self, args: list[Any], addresses: list[int], keep: Sequence[Any],
-                 outputs: Sequence[Any], output_addresses: Sequence[int]) -> bool:
+                 outputs: Sequence[Any], output_addresses: Sequence[int],
+                 views: Sequence[np.ndarray] = ()) -> bool:
         """Replay the call on ``args`` (Python numbers at the constant bank's positions),
         its inputs at ``addresses`` (bytes; :attr:`indices`' order; ``keep``: what holds
         each mapped one's memory, kept alive by the launch pointing at it), into
-        ``outputs`` at ``output_addresses`` (by output position); False (nothing moved)
-        when the state this replay was made in changed or a copied input is misaligned."""
+        ``outputs`` at ``output_addresses`` (by output position; ``views``: host arrays
+        of the :attr:`strided` ones, in order); False (nothing moved) when the state this
+        replay was made in changed or a copied input is misaligned."""
         program, bound = self.program, self.bound
         mapped = self.mapped
         alignment = self._alignment
@@ -125,8 +155,8 @@ class AddressReplay:
                     or bound.replay is not self.replay:
                 return False
             moved = addresses[:mapped]
-            if moved != self.addresses:
-                self._point(moved, keep)
+            if moved != self.addresses and not self._point(moved, keep):
+                return False
             if self._written:
                 self._point_outputs(outputs, output_addresses)
 
@@ -137,6 +167,8 @@ class AddressReplay:
             def download(_: list[Any]) -> None:
                 for position, src, nbytes in self._copies_out:
                     _MEMMOVE(output_addresses[position], src, nbytes)
+                for (_, view), host in zip(self._strided_out, views):
+                    host[...] = view
             wall = program._kernel_wall_ns = self.replay.run_bound(
                 args, [], bound.layout.sizes, 0.0, download, upload)
             counts = program._counts
@@ -146,21 +178,26 @@ class AddressReplay:
             counts.kernel_wall_ns += wall
         return True
 
-    def _point(self, addresses: list[int], keep: Sequence[Any]) -> None:
-        """Patch every launch on a mapped input that moved; the binding's record of what
-        its launches point at follows, so a general call after this one binds from
-        there."""
+    def _point(self, addresses: list[int], keep: Sequence[Any]) -> bool:
+        """Patch every launch on a mapped input that moved (False, nothing patched, if one
+        cannot be patched by address alone); the binding's record of what its launches
+        point at follows, so a general call after this one binds from there."""
+        moved = [k for k, (new, old) in enumerate(zip(addresses, self.addresses))
+                 if new != old]
+        movable = self._movable
+        if not all(movable[k] for k in moved):
+            return False
         bound, targets, positions = self.bound, self._targets, self._positions
-        for k, (new, old) in enumerate(zip(addresses, self.addresses)):
-            if new != old:
-                holder = keep[k]
-                for patch, arguments in targets[k]:
-                    for argument in arguments:
-                        patch(argument, holder, new)
-                bound.mapped_addresses[positions[k]] = new
+        for k in moved:
+            holder, new = keep[k], addresses[k]
+            for patch, arguments in targets[k]:
+                for argument in arguments:
+                    patch(argument, holder, new)
+            bound.mapped_addresses[positions[k]] = new
         bound.mapped_checked.clear()  # the arrays the general call checked are not bound
         bound.mapped_sources = None
         self.addresses = addresses
+        return True
 
     def _point_outputs(self, outputs: Sequence[Any], addresses: Sequence[int]) -> None:
         """Patch the launch writing each mapped output that is not at its last address."""
@@ -186,26 +223,34 @@ def data_address(view: np.ndarray) -> int:
 
 def address_replay(program: Any, layout: Any) -> AddressReplay | None:
     """The :class:`AddressReplay` of ``program``'s binding at ``layout``, or None if the
-    binding has no record yet or its calls need more than addresses: an input resident
-    on the device, an input written back, a host step, an output or input copy that is
-    not of its whole buffer in C order, a launch that cannot be patched by address."""
+    binding has no record yet or its calls need more than addresses: an input written
+    back, a host step, an input copy that is not of its whole buffer in C order, a
+    launch writing a mapped output that cannot be patched by address. Resident inputs
+    are the caller's to vouch for: it calls with the very tensors, at the same versions,
+    whose contents the last call left in their device copies (else it calls the general
+    way, which uploads what changed)."""
     bound = program._bound.get(layout.key)
     workspace = program._state.workspace
     if bound is None or not bound.replay or workspace is None \
-            or bound.offset != workspace.offset \
-            or program._resident_inputs or program._host_steps:
+            or bound.offset != workspace.offset or program._host_steps:
         return None
     replay = bound.replay
     if any(index is not None for *_, index in replay.outputs) \
-            or not all(_whole(dst) for _, dst, _, _ in replay.inputs) \
-            or not all(_whole(src) for _, src, _, _, _ in replay.outputs):
+            or not all(dst.flags.c_contiguous for _, dst, _, _ in replay.inputs):
         return None
-    mapped = program._mapped_steps
-    if not all(_by_address(bound.launches[step.index]) for step in mapped.steps):
+    if not all(_by_address(bound.launches[step.index])
+               for step in program._mapped_steps.writing):
         return None
     return AddressReplay(program, bound)
 
 
-def _whole(view: np.ndarray) -> bool:
-    """Whether a device view is C-contiguous (a copy by address is one ``memmove``)."""
-    return view.flags.c_contiguous
+def _dense(view: np.ndarray) -> bool:
+    """Whether a device view covers one block of memory from its first element, in some
+    order of its dimensions (a copy by address is one ``memmove``, into a tensor of the
+    same strides)."""
+    extent = view.itemsize
+    for stride, size in sorted(zip(view.strides, view.shape)):
+        if size > 1 and stride != extent:
+            return False
+        extent *= size
+    return True

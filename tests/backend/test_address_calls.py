@@ -223,3 +223,81 @@ def test_a_training_step_calls_forward_backward_and_step_by_address(address_call
     for key in compared:
         assert by_address[key] == general[key], key
     assert by_address["host_fallback_ops"] == 0 and by_address["d2h.bytes"] > 0
+
+
+def test_inference_with_resident_weights_calls_by_address_until_a_weight_changes(
+        address_calls):
+    """Weights kept on the device (inference): calls by address while they are the same
+    tensors at the same versions; an in-place update goes the general way, which uploads
+    it, and the calls after go by address again, every output equal to eager's."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(),
+                                torch.nn.Linear(64, 8)).eval()
+    compiled = torch.compile(model, backend="simaccel")
+    device = simaccel.get_device()
+    device.reset_stats()
+    with torch.no_grad():
+        for k in range(10):
+            if k == 5:
+                model[0].weight.mul_(0.5)  # a new version of a resident weight
+            x = torch.randn(4, 32)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+            if k == 4:
+                uploads = device.runtime_stats()["resident_uploads"]
+    assert uploads > 0  # the weights are resident
+    assert device.runtime_stats()["resident_uploads"] == uploads + 1  # the changed weight
+    # calls 1-4 by address (the first records its replay); call 5 goes the general
+    # way, which uploads the weight, and finds a new one; calls 6-9 by address
+    assert len(address_calls) == 4 + 4
+
+
+def test_a_decoder_forward_and_backward_call_by_address_and_equal_eager(address_calls):
+    """The bench's GPT-2-style decoder (1 layer): weights read in host memory and on the
+    device, a fused attention whose per-head outputs are slices of one projection and
+    whose statistics eager lays out heads-inner (copied through views), a 0-d scalar
+    input of the bank; outputs and gradients equal eager's."""
+    from simaccel.bench.gpt2 import gpt2
+    torch._dynamo.reset()
+    model, (tokens,) = gpt2(1, 2, 16)
+    compiled = torch.compile(model, backend="simaccel")
+    gen = torch.Generator().manual_seed(2)
+    for k in range(6):
+        x = torch.randint(0, model.config.vocab_size, tokens.shape, generator=gen)
+        got, want = compiled(x), model(x)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        if k in (3, 5):
+            got.square().mean().backward()
+            grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+            model.zero_grad()
+            want.square().mean().backward()
+            for name, p in model.named_parameters():
+                torch.testing.assert_close(grads[name], p.grad, rtol=1e-4, atol=1e-5)
+            model.zero_grad()
+    assert len(address_calls) >= 4
+
+
+def test_weights_changing_every_call_look_for_an_address_call_ever_more_rarely(
+        address_calls, monkeypatch):
+    """Resident weights updated before every call (as an optimizer would): no call fits
+    an address call, so the graph waits 1, 3, 7, ... general calls before looking for
+    the next; every output equal to eager's."""
+    looked: list[int] = []
+    found = simaccel.compiled.address_replay
+
+    def counted(program: Any, layout: Any) -> Any:
+        looked.append(1)
+        return found(program, layout)
+    monkeypatch.setattr(simaccel.compiled, "address_replay", counted)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh()).eval()
+    compiled = torch.compile(model, backend="simaccel")
+    with torch.no_grad():
+        for _ in range(40):
+            model[0].weight.add_(0.01)
+            x = torch.randn(2, 16)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+    assert not address_calls
+    # looked for after the calls 1, 2, 4, 8, 16 and 32 that went the general way
+    assert len(looked) <= 7
