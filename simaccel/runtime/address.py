@@ -16,12 +16,14 @@ and does the same work by address:
   the general path stages it);
 - host-mapped outputs: the launch writing one is patched to the new output's address;
 - copied outputs: one ``memmove`` each from the device view into the caller's new
-  output, C-contiguous like it.
+  output where it has the view's layout, else a numpy copy into a view of it;
+- resident inputs: the caller vouches they are what the device holds.
 
-Measured on the SGD-momentum MLP training step of ``simaccel bench`` (in one process,
-40 rounds alternating with the general path, ``/tmp/s43/abaddr.py`` in the session
-notes): the optimizer step's phase took 324 us instead of 364, the whole step 1.182x
-eager's instead of 1.208x.
+Measured in one process, the address call and the general replay alternating by round
+(``/tmp/s43/abaddr.py`` and ``abgpt.py`` in the session notes): the SGD-momentum MLP
+training step of ``simaccel bench`` 1.174x and 1.208x eager's step against 1.210x and
+1.244x (40-60 rounds), the optimizer step's phase alone 324 us against 364; the GPT-2
+forward 0.952x and 0.865x eager's against 1.005x and 0.928x (30 rounds).
 
 The call moves the same bytes, runs the same kernels and lands on the timeline, trace
 and counters exactly as the general replay (``tests/backend/test_address_calls.py``); a
@@ -37,34 +39,29 @@ from typing import Any
 
 import numpy as np
 
-from simaccel.runtime import tiers
+from simaccel.runtime.direct import SteadyEntry
 
 #: ``memmove(destination, source, bytes)`` on data addresses
 _MEMMOVE = ctypes.memmove
 
 
-class AddressReplay:
+class AddressReplay(SteadyEntry):
     """One binding's replay for a caller passing data addresses (see the module doc);
     made by :func:`address_replay`.
 
     :attr:`indices`: the argument index of each input the call passes an address for,
     the :attr:`mapped` host-mapped ones first (in the order :attr:`addresses`, where the
     launches point now, has them), then the copied ones. :attr:`outputs`: the positions
-    of the outputs the program writes (the caller makes each as a new C-contiguous
-    tensor and passes its address)."""
+    of the outputs the program writes (the caller makes each as a new tensor and
+    passes its address)."""
 
-    __slots__ = ("program", "device", "bound", "replay", "block", "launches", "indices",
-                 "mapped", "addresses", "outputs", "strided", "_positions", "_targets",
-                 "_movable", "_copies_in", "_copies_out", "_strided_out", "_written",
-                 "_written_at", "_alignment")
+    __slots__ = ("indices", "mapped", "addresses", "outputs", "strided", "_positions",
+                 "_targets", "_movable", "_copies_in", "_copies_out", "_strided_out",
+                 "_written", "_written_at", "_alignment")
 
     def __init__(self, program: Any, bound: Any):
-        self.program = program
-        self.device = program.device
-        self.bound = bound
-        self.replay = replay = bound.replay
-        self.block = program._state.workspace
-        self.launches = program._launches_per_call
+        super().__init__(program, bound)
+        replay = self.replay
         self._alignment = replay.alignment
         mapped = program._mapped_steps
         self.mapped = len(mapped.indices)
@@ -148,11 +145,7 @@ class AddressReplay:
             if address % alignment:
                 return False  # staged by the general path
         with program._lock:
-            if program._generation != self.device.generation \
-                    or program._tier_epoch != tiers.current() \
-                    or program._state.workspace is not self.block \
-                    or program._bound.get(bound.layout.key) is not bound \
-                    or bound.replay is not self.replay:
+            if not self.holds(bound.layout.key):
                 return False
             moved = addresses[:mapped]
             if moved != self.addresses and not self._point(moved, keep):
@@ -169,13 +162,8 @@ class AddressReplay:
                     _MEMMOVE(output_addresses[position], src, nbytes)
                 for (_, view), host in zip(self._strided_out, views):
                     host[...] = view
-            wall = program._kernel_wall_ns = self.replay.run_bound(
-                args, [], bound.layout.sizes, 0.0, download, upload)
-            counts = program._counts
-            counts.calls += 1
-            counts.replayed_calls += 1
-            counts.kernel_launches += self.launches
-            counts.kernel_wall_ns += wall
+            self.count(self.replay.run_bound(args, [], bound.layout.sizes, 0.0, download,
+                                             upload))
         return True
 
     def _point(self, addresses: list[int], keep: Sequence[Any]) -> bool:

@@ -28,9 +28,10 @@ from simaccel.runtime import tiers
 Download = Callable[[list[Any]], None]
 
 
-class DirectReplay:
-    """One binding's replay for a caller that makes its own outputs (see the module
-    doc); made by :func:`direct_replay`."""
+class SteadyEntry:
+    """A binding's replay entered by its caller instead of through :meth:`Program.run
+    <simaccel.runtime.program.Program.run>`: what every such entry checks before it
+    replays (:meth:`holds`) and counts after (:meth:`count`)."""
 
     __slots__ = ("program", "device", "bound", "replay", "block", "launches")
 
@@ -41,9 +42,37 @@ class DirectReplay:
         self.replay = bound.replay
         #: the workspace the binding's views lie in: the call goes the general way once
         #: the program holds another (the general call re-binds, the caller makes a new
-        #: direct replay), as it does once the device or a kernel's tier moved on
+        #: entry), as it does once the device or a kernel's tier moved on
         self.block = program._state.workspace
         self.launches = program._launches_per_call
+
+    def holds(self, key: Any) -> bool:
+        """Whether the state this entry was made in still holds for a call whose sizes'
+        layout is ``key`` (under the program's lock): the device, the kernels' tier,
+        the workspace, the binding of those sizes and its record (~0.2 us)."""
+        program = self.program
+        return program._generation == self.device.generation \
+            and program._tier_epoch == tiers.current() \
+            and program._state.workspace is self.block \
+            and program._bound.get(key) is self.bound and self.bound.replay is self.replay
+
+    def count(self, wall: int) -> None:
+        """Count a replayed call whose kernels took ``wall`` ns (under the program's
+        lock), as :meth:`Program.run` counts one."""
+        program = self.program
+        program._kernel_wall_ns = wall
+        counts = program._counts
+        counts.calls += 1
+        counts.replayed_calls += 1
+        counts.kernel_launches += self.launches
+        counts.kernel_wall_ns += wall
+
+
+class DirectReplay(SteadyEntry):
+    """One binding's replay for a caller that makes its own outputs (see the module
+    doc); made by :func:`direct_replay`."""
+
+    __slots__ = ()
 
     def sources(self) -> list[np.ndarray]:
         """The device view of every output, by output position (writable views of the
@@ -62,23 +91,12 @@ class DirectReplay:
         takes them); returns what ``download`` appended, or None (nothing moved) when
         the state changed, the call's sizes have another binding or the record does not
         fit ``args``."""
-        program, replay = self.program, self.replay
-        with program._lock:
-            if program._generation != self.device.generation \
-                    or program._tier_epoch != tiers.current() \
-                    or program._state.workspace is not self.block \
-                    or program._bound.get(layout.key) is not self.bound \
-                    or self.bound.replay is not replay \
-                    or not replay.accepts_inputs(args, data_ptrs):
+        replay = self.replay
+        with self.program._lock:
+            if not self.holds(layout.key) or not replay.accepts_inputs(args, data_ptrs):
                 return None
             outputs: list[Any] = []
-            wall = program._kernel_wall_ns = replay.run(args, outputs, data_ptrs,
-                                                         layout.sizes, 0.0, download)
-            counts = program._counts
-            counts.calls += 1
-            counts.replayed_calls += 1
-            counts.kernel_launches += self.launches
-            counts.kernel_wall_ns += wall
+            self.count(replay.run(args, outputs, data_ptrs, layout.sizes, 0.0, download))
         return outputs
 
 
