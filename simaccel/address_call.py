@@ -108,7 +108,7 @@ class AddressCall:
         for position in replay.outputs:
             output_addresses[position] = outputs[position].data_ptr()  # type: ignore
         views = [numpy_view(outputs[p]) for p in replay.strided]  # type: ignore[arg-type]
-        if not replay(numbers, addresses, tensors, outputs, output_addresses, views):
+        if not replay(numbers, addresses, output_addresses, views):
             return None
         for i in self._bumped:
             bump_version(args[i])

@@ -129,15 +129,22 @@ class AddressReplay(SteadyEntry):
         self._strided_out += [(p, views[p]) for p in sorted(positions) if p not in self.strided]
         self.strided = [position for position, _ in self._strided_out]
 
-    def __call__(self, args: list[Any], addresses: list[int], keep: Sequence[Any],
-                 outputs: Sequence[Any], output_addresses: Sequence[int],
-                 views: Sequence[np.ndarray] = ()) -> bool:
+    def __call__(self, args: list[Any], addresses: list[int],
+                 output_addresses: Sequence[int], views: Sequence[np.ndarray] = ()) -> bool:
         """Replay the call on ``args`` (Python numbers at the constant bank's positions),
-        its inputs at ``addresses`` (bytes; :attr:`indices`' order; ``keep``: what holds
-        each mapped one's memory, kept alive by the launch pointing at it), into
-        ``outputs`` at ``output_addresses`` (by output position; ``views``: host arrays
-        of the :attr:`strided` ones, in order); False (nothing moved) when the state this
-        replay was made in changed or a copied input is misaligned."""
+        its inputs at ``addresses`` (bytes; :attr:`indices`' order), into the caller's
+        new outputs at ``output_addresses`` (by output position; ``views``: host arrays
+        of the :attr:`strided` ones, in order); False (nothing moved) when the state
+        this replay was made in changed or a copied input is misaligned.
+
+        The launches it points at this call's tensors hold none of them after it: every
+        call points them at its own tensors before they run (here, or the general call's
+        binding, which compares with the addresses recorded here), so a tensor they read
+        or wrote can be freed once the call returns (a gradient set to None; its memory
+        comes back for the next one), as the caller's own memory is its to free. Measured
+        on the MLP training step (in-process, alternating rounds): 1.182x and 1.186x
+        eager's step against 1.193x and 1.216x holding the last call's tensors, whose
+        gradients then took two sets of addresses in turn."""
         program, bound = self.program, self.bound
         mapped = self.mapped
         alignment = self._alignment
@@ -148,10 +155,10 @@ class AddressReplay(SteadyEntry):
             if not self.holds(bound.layout.key):
                 return False
             moved = addresses[:mapped]
-            if moved != self.addresses and not self._point(moved, keep):
+            if moved != self.addresses and not self._point(moved):
                 return False
             if self._written:
-                self._point_outputs(outputs, output_addresses)
+                self._point_outputs(output_addresses)
 
             def upload(_: list[Any]) -> None:
                 for (dst, nbytes), src in zip(self._copies_in, addresses[mapped:]):
@@ -166,7 +173,7 @@ class AddressReplay(SteadyEntry):
                                              upload))
         return True
 
-    def _point(self, addresses: list[int], keep: Sequence[Any]) -> bool:
+    def _point(self, addresses: list[int]) -> bool:
         """Patch every launch on a mapped input that moved (False, nothing patched, if one
         cannot be patched by address alone); the binding's record of what its launches
         point at follows, so a general call after this one binds from there."""
@@ -177,30 +184,30 @@ class AddressReplay(SteadyEntry):
             return False
         bound, targets, positions = self.bound, self._targets, self._positions
         for k in moved:
-            holder, new = keep[k], addresses[k]
+            new = addresses[k]
             for patch, arguments in targets[k]:
                 for argument in arguments:
-                    patch(argument, holder, new)
+                    patch(argument, None, new)
             bound.mapped_addresses[positions[k]] = new
         bound.mapped_checked.clear()  # the arrays the general call checked are not bound
         bound.mapped_sources = None
         self.addresses = addresses
         return True
 
-    def _point_outputs(self, outputs: Sequence[Any], addresses: Sequence[int]) -> None:
+    def _point_outputs(self, addresses: Sequence[int]) -> None:
         """Patch the launch writing each mapped output that is not at its last address."""
         at = self._written_at
         for pos, patch, arguments in self._written:
             address = addresses[pos]
             if at.get(pos) != address:
                 for argument in arguments:
-                    patch(argument, outputs[pos], address)
+                    patch(argument, None, address)
                 at[pos] = address
 
 
 def _by_address(launch: Any) -> bool:
-    """Whether ``launch``'s ``patch`` stores an address alone (the array passed is only
-    kept alive)."""
+    """Whether ``launch``'s ``patch`` stores an address alone (the array passed, None
+    here, is only kept alive)."""
     return getattr(launch, "patched_by_address", False)
 
 

@@ -301,3 +301,23 @@ def test_weights_changing_every_call_look_for_an_address_call_ever_more_rarely(
     assert not address_calls
     # looked for after the calls 1, 2, 4, 8, 16 and 32 that went the general way
     assert len(looked) <= 7
+
+
+def test_an_address_call_holds_none_of_the_tensors_it_ran_on(address_calls):
+    """After a step by address, the gradients it read are freed once the optimizer sets
+    them to None: the launches keep none of them alive (the next call points them at
+    its own), so their memory comes back for the next gradients."""
+    import weakref
+    torch._dynamo.reset()
+    params = [torch.nn.Parameter(torch.randn(64, 64)) for _ in range(2)]
+    opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=False)
+    step = torch.compile(opt.step, backend="simaccel")
+    for k in range(6):
+        for p in params:
+            p.grad = torch.randn_like(p)
+        grads = [weakref.ref(p.grad) for p in params]
+        step()
+        opt.zero_grad(set_to_none=True)
+        if address_calls:
+            assert all(g() is None for g in grads), k
+    assert len(address_calls) == 4
