@@ -69,24 +69,19 @@ class AddressCall:
     def fits(replay: AddressReplay, args: list[Any], outputs: list[Any]) -> bool:
         """Whether calls like this general one (``args``, ``outputs``) can go by address:
         every input the replay takes a CPU tensor, the copied ones C-contiguous and of
-        their copy's bytes, every output it writes a tensor. A copied output is copied
-        by address where it has its device view's bytes and order, else by numpy into
-        a view of it (:meth:`AddressReplay.copy_by_view`, set here). Later calls are
+        their copy's bytes, every output it writes a tensor whose layout the replay
+        takes (:meth:`AddressReplay.take_outputs`, decided here). Later calls are
         checked to have the same input layouts; their outputs come from the same
         makers."""
         inputs = [args[i] for i in replay.indices]
-        copied_in, copied_out = replay.copy_layouts()
-        if not (all(isinstance(t, torch.Tensor) and t.is_cpu for t in inputs)
-                and all(t.is_contiguous() and t.nbytes == nbytes
-                        for t, nbytes in zip(inputs[replay.mapped:], copied_in))
-                and all(isinstance(outputs[p], torch.Tensor) for p in replay.outputs)):
-            return False
-        replay.copy_by_view({p for p, (nbytes, strides) in copied_out.items()
-                             if outputs[p].nbytes != nbytes
-                             or not _same_order(outputs[p], strides)})
-        return all(numpy_view(outputs[p]).shape == view.shape
-                   and outputs[p].element_size() == view.itemsize
-                   for p, view in replay.strided_views())
+        written = {p: outputs[p] for p in replay.outputs}
+        return all(isinstance(t, torch.Tensor) and t.is_cpu for t in inputs) \
+            and all(t.is_contiguous() and t.nbytes == nbytes
+                    for t, nbytes in zip(inputs[replay.mapped:], replay.input_bytes())) \
+            and all(isinstance(o, torch.Tensor) for o in written.values()) \
+            and replay.take_outputs({p: (tuple(o.shape), o.stride(),
+                                         numpy_view(o).itemsize)
+                                     for p, o in written.items()})
 
     def __call__(self, args: list[Any]) -> list[Any] | None:
         """The call's outputs, or None, nothing moved, if it does not fit."""
@@ -155,12 +150,6 @@ class AddressCall:
                     or not t.is_cpu:
                 return False
         return True
-
-
-def _same_order(t: torch.Tensor, strides: tuple[int, ...]) -> bool:
-    """Whether ``t`` has ``strides`` (elements) in every dimension of more than one
-    element (the others' strides place nothing)."""
-    return all(a == b for a, b, n in zip(t.stride(), strides, t.shape) if n > 1)
 
 
 def _state_of(tensors: list[Any]) -> tuple[list[int], list[int]]:

@@ -88,15 +88,13 @@ class AddressReplay(SteadyEntry):
         self.addresses: list[int] = [bound.mapped_addresses.get(p, 0) for p in self._positions]
         #: (device address, bytes) of each copied input's destination, in order
         self._copies_in = [(data_address(dst), dst.nbytes) for _, dst, _, _ in replay.inputs]
-        #: (output position, device address, bytes) of each copied output that is one
-        #: block of memory, and (output position, device view) of each other one (a
-        #: head's slice of a fused projection: copied by numpy, into the caller's view)
-        self._copies_out = [(position, data_address(src), src.nbytes)
-                            for position, src, _, _, _ in replay.outputs if _dense(src)]
-        self._strided_out = [(position, src) for position, src, _, _, _ in replay.outputs
-                             if not _dense(src)]
+        #: (output position, device address, bytes) of each copied output moved by one
+        #: ``memmove``, and (output position, device view) of each copied by numpy into
+        #: the caller's view (:meth:`take_outputs` decides)
+        self._copies_out: list[tuple[int, int, int]] = []
+        self._strided_out: list[tuple[int, np.ndarray]] = []
         #: the positions of the outputs copied by numpy
-        self.strided = [position for position, _ in self._strided_out]
+        self.strided: list[int] = []
         #: (output position, ``patch`` of the launch writing it, argument positions) of
         #: each mapped output
         self._written = [(pos, bound.launches[step.index].patch, step.arguments[buffer])
@@ -106,28 +104,31 @@ class AddressReplay(SteadyEntry):
         self.outputs = sorted({p for p, _, _, _, _ in replay.outputs}
                               | {p for p, _, _ in self._written})
 
-    def copy_layouts(self) -> tuple[list[int], dict[int, tuple[int, tuple[int, ...]]]]:
-        """What a caller's tensors must be for one ``memmove`` each: the bytes of each
-        copied input (in :attr:`indices`' order, after the mapped ones; C-contiguous),
-        and the bytes and strides (elements) of each copied output by position (dense,
-        from its first element) but the :attr:`strided` ones, copied into a view."""
-        outputs = {position: (src.nbytes, tuple(s // src.itemsize for s in src.strides))
-                   for position, src, _, _, _ in self.replay.outputs
-                   if position not in self.strided}
-        return [nbytes for _, nbytes in self._copies_in], outputs
+    def input_bytes(self) -> list[int]:
+        """The bytes of each copied input (in :attr:`indices`' order, after the mapped
+        ones): a caller's tensor there must hold them, C-contiguous, for one
+        ``memmove``."""
+        return [nbytes for _, nbytes in self._copies_in]
 
-    def strided_views(self) -> list[tuple[int, np.ndarray]]:
-        """(output position, device view) of each :attr:`strided` output."""
-        return list(self._strided_out)
-
-    def copy_by_view(self, positions: set[int]) -> None:
-        """Copy the outputs at ``positions`` too by numpy, into the caller's views (a
-        caller's tensor in another order of dimensions than its device view: eager's
-        layout of an attention's per-head statistics); set before the first call."""
-        views = {position: src for position, src, _, _, _ in self.replay.outputs}
-        self._copies_out = [c for c in self._copies_out if c[0] not in positions]
-        self._strided_out += [(p, views[p]) for p in sorted(positions) if p not in self.strided]
+    def take_outputs(self, layouts: dict[int, tuple[tuple[int, ...], tuple[int, ...], int]]
+                     ) -> bool:
+        """Decide how each copied output reaches the caller's, given its layout by
+        position (sizes, strides in elements, bytes per element, as every call's output
+        will have): one ``memmove`` where the device view covers one block in the same
+        order of dimensions, else a numpy copy into a view of it (a head's slice of a
+        fused projection; attention statistics laid out heads-inner); False if an output
+        fits neither (sizes or element size differ). Call once, before the first call."""
+        for position, src, _, _, _ in self.replay.outputs:
+            shape, strides, itemsize = layouts[position]
+            if tuple(shape) != src.shape or itemsize != src.itemsize:
+                return False
+            if _dense(src) and all(a * itemsize == b for a, b, n in
+                                   zip(strides, src.strides, shape) if n > 1):
+                self._copies_out.append((position, data_address(src), src.nbytes))
+            else:
+                self._strided_out.append((position, src))
         self.strided = [position for position, _ in self._strided_out]
+        return True
 
     def __call__(self, args: list[Any], addresses: list[int],
                  output_addresses: Sequence[int], views: Sequence[np.ndarray] = ()) -> bool:
