@@ -63,13 +63,16 @@ def test_a_lifted_factor_changes_without_a_recompile():
     for backend in ("simaccel", "eager"):
         torch._dynamo.reset()
         counters.clear()
+        simaccel.clear_reports()  # the reports of this compile only, not an earlier test's
         compiled = torch.compile(model, backend=backend)
         for factor in (1.0, 0.5, 3.0):
             model.factor = factor
             torch.testing.assert_close(compiled(q, k, v), model(q, k, v), **TOL[q.dtype])
         graphs[backend] = counters["stats"]["unique_graphs"]
+        if backend == "simaccel":
+            (report,) = simaccel.reports()
     assert graphs["simaccel"] == 1 < graphs["eager"]
-    assert "*" in simaccel.reports()[0].rewrites[0]  # a factor read from the graph
+    assert "*" in report.rewrites[0]  # a factor read from the graph
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
