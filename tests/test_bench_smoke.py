@@ -282,6 +282,16 @@ def test_training_step_records_its_ratio_to_eager(tiny_optim):
     assert result.records[-1].extra["graphs"] >= 2  # the model's and the step's
     found = {t.name: t for t in targets(result)}
     assert found["simaccel mlp_train step / plain eager step"].value is not None
+    for rec in result.records:  # where each step's time went, the eager copy's beside it
+        for key, step_s in (("step_phases_s", rec.median_s),
+                            ("eager_step_phases_s", rec.extra["eager_s"])):
+            phases = rec.extra[key]
+            assert list(phases) == ["forward", "backward", "step", "zero_grad"], phases
+            assert all(s > 0 for s in phases.values())
+            # the phases lie inside the timed step (two rounds: medians are means, and add)
+            assert 0.5 * step_s < sum(phases.values()) <= step_s, (phases, step_s)
+    cells = _extra_cells(result.records[-1])
+    assert "phases over eager's: forward " in cells and ", zero_grad " in cells, cells
 
 
 def test_bf16_kernel_records_compare_with_eager_in_bf16():

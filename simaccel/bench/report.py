@@ -124,6 +124,11 @@ def _optim_cells(rec: Record) -> str:
         cells.append(f"/eager same rounds {x['over_eager']:.2f}x")
     if x.get("hit_recompile_limit"):
         cells.append("hit the recompile limit")
+    ours, eager = x.get("step_phases_s"), x.get("eager_step_phases_s")
+    if ours and eager:
+        cells.append("phases over eager's: " + ", ".join(
+            f"{name} {'+' if ours[name] >= eager[name] else '-'}"
+            f"{fmt_seconds(abs(ours[name] - eager[name]))}" for name in ours if name in eager))
     return ", ".join(cells)
 
 
